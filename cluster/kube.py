@@ -1,0 +1,274 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (fake kubelets), built from the Go module proxy (build-binaries.sh).
+
+Dev tooling, so plain synchronous code. Every daemon is tracked by its own PID in
+`kube.json`; stop() never kills by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from certs import pki
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class KubeCluster:
+    run_dir: str
+    bin_dir: str
+    server: str
+    kubeconfig: str
+    ca_file: str
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+def build_binaries() -> Path:
+    out = subprocess.run(["bash", str(HERE / "build-binaries.sh")], check=True,
+                         stdout=subprocess.PIPE, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _pki(d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    if (d / "admin.crt").exists():
+        return
+    ca_key, ca = pki.make_ca("slurmgate-local-ca", days=3650)
+    pki.write_key(d / "ca.key", ca_key)
+    pki.write_cert(d / "ca.crt", ca)
+    key, cert = pki.make_cert(
+        ca_key, ca, "kube-apiserver",
+        dns_names=["localhost", "kubernetes", "kubernetes.default",
+                   "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+        ip_addresses=["127.0.0.1", "10.96.0.1"], days=3650)
+    pki.write_key(d / "apiserver.key", key)
+    pki.write_cert(d / "apiserver.crt", cert)
+    key, cert = pki.make_cert(ca_key, ca, "admin", organizations=["system:masters"],
+                              client=True, server=False, days=3650)
+    pki.write_key(d / "admin.key", key)
+    pki.write_cert(d / "admin.crt", cert)
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pki.write_key(d / "sa.key", sa)
+    (d / "sa.pub").write_bytes(sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def _kubeconfig(path: Path, server: str, pki_dir: Path) -> None:
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: {server}
+    certificate-authority: {pki_dir / 'ca.crt'}
+users:
+- name: admin
+  user:
+    client-certificate: {pki_dir / 'admin.crt'}
+    client-key: {pki_dir / 'admin.key'}
+contexts:
+- name: local
+  context: {{cluster: local, user: admin}}
+current-context: local
+""")
+    path.chmod(0o600)
+
+
+def _spawn(name: str, argv: list[str], log_dir: Path) -> int:
+    log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    return proc.pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of ours counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for(what: str, check, timeout: float, pid: int | None = None,
+             log: Path | None = None, interval: float = 0.2) -> None:
+    """Poll `check` until true; fail early with the log's tail if the daemon died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        if pid is not None and not _alive(pid):
+            raise RuntimeError(f"{what}: process {pid} exited\n{_tail(log) if log else ''}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not ready after {timeout:.0f}s\n"
+                               f"{_tail(log) if log else ''}")
+        time.sleep(interval)
+
+
+def _https_ok(url: str, pki_dir: Path) -> bool:
+    ctx = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
+    ctx.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+        return r.status == 200
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return r.status == 200
+
+
+def start(run_dir: Path, base_port: int = 16400) -> KubeCluster:
+    bin_dir = build_binaries()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = run_dir / "log"
+    log_dir.mkdir(exist_ok=True)
+    pki_dir = run_dir / "pki"
+    _pki(pki_dir)
+    etcd_port, peer_port, api_port = base_port + 1, base_port + 2, base_port + 43
+    sched_port, kcm_port, kwok_port = base_port + 59, base_port + 57, base_port + 47
+    server = f"https://127.0.0.1:{api_port}"
+    kubeconfig = run_dir / "admin.kubeconfig"
+    _kubeconfig(kubeconfig, server, pki_dir)
+    kc = KubeCluster(str(run_dir), str(bin_dir), server, str(kubeconfig),
+                     str(pki_dir / "ca.crt"))
+    b = bin_dir
+
+    kc.pids["etcd"] = _spawn("etcd", [
+        str(b / "etcd"), "--name=local", f"--data-dir={run_dir / 'etcd'}",
+        f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+        f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+        f"--initial-cluster=local=http://127.0.0.1:{peer_port}",
+        "--listen-metrics-urls=", "--unsafe-no-fsync", "--log-level=warn",
+    ], log_dir)
+    _save(kc)
+    wait_for("etcd", lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health"), 60,
+             kc.pids["etcd"], log_dir / "etcd.log")
+
+    kc.pids["kube-apiserver"] = _spawn("kube-apiserver", [
+        str(b / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={api_port}",
+        f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+        f"--client-ca-file={pki_dir / 'ca.crt'}",
+        f"--service-account-key-file={pki_dir / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc",
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+        "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+    ], log_dir)
+    _save(kc)
+    wait_for("kube-apiserver", lambda: _https_ok(f"{server}/readyz", pki_dir), 120,
+             kc.pids["kube-apiserver"], log_dir / "kube-apiserver.log")
+
+    kc.pids["kube-controller-manager"] = _spawn("kube-controller-manager", [
+        str(b / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        f"--service-account-private-key-file={pki_dir / 'sa.key'}",
+        f"--root-ca-file={pki_dir / 'ca.crt'}", "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={kcm_port}",
+        "--controllers=*,-nodeipam,-cloud-node-lifecycle,-route,-service",
+        "--v=1",
+    ], log_dir)
+    kc.pids["kube-scheduler"] = _spawn("kube-scheduler", [
+        str(b / "kube-scheduler"), f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={sched_port}",
+        "--v=1",
+    ], log_dir)
+    kc.pids["kwok"] = _spawn("kwok", [
+        str(b / "kwok"), f"--kubeconfig={kubeconfig}", f"--config={b / 'kwok-stages.yaml'}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--manage-nodes-with-label-selector=",
+        "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1", f"--server-address=127.0.0.1:{kwok_port}",
+    ], log_dir)
+    _save(kc)
+    wait_for("kube-scheduler", lambda: _insecure_ok(f"https://127.0.0.1:{sched_port}/healthz"),
+             60, kc.pids["kube-scheduler"], log_dir / "kube-scheduler.log")
+    wait_for("kube-controller-manager",
+             lambda: _insecure_ok(f"https://127.0.0.1:{kcm_port}/healthz"), 60,
+             kc.pids["kube-controller-manager"], log_dir / "kube-controller-manager.log")
+    wait_for("kwok", lambda: _http_ok(f"http://127.0.0.1:{kwok_port}/healthz"), 60,
+             kc.pids["kwok"], log_dir / "kwok.log")
+    return kc
+
+
+def _insecure_ok(url: str) -> bool:
+    # component /healthz endpoints serve a self-signed cert and allow anonymous /healthz
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+        return r.status == 200
+
+
+def _save(kc: KubeCluster) -> None:
+    (Path(kc.run_dir) / "kube.json").write_text(json.dumps(asdict(kc), indent=2))
+
+
+def load(run_dir: Path) -> KubeCluster:
+    return KubeCluster(**json.loads((run_dir / "kube.json").read_text()))
+
+
+def stop_pids(pids: dict[str, int], timeout: float = 20.0) -> None:
+    """SIGTERM each PID we started (its own process group), then SIGKILL what is left."""
+    for pid in pids.values():
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + timeout
+    for pid in pids.values():
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:  # reap if it is our child
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def stop(run_dir: Path) -> None:
+    try:
+        kc = load(run_dir)
+    except FileNotFoundError:
+        return
+    # reverse start order: kwok, scheduler, kcm, apiserver, etcd
+    stop_pids(dict(reversed(list(kc.pids.items()))))
+    (run_dir / "kube.json").unlink(missing_ok=True)

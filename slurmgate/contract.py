@@ -1,0 +1,69 @@
+"""The annotation/label contract shared by the webhook, the binder and users.
+
+Everything a user writes or reads on a Pod is named here, once.
+"""
+
+from __future__ import annotations
+
+DOMAIN = "slurmgate.io"
+
+# A Pod opts in with this label (value "slurm"). A label, not an annotation, so that the
+# MutatingWebhookConfiguration's objectSelector keeps every other Pod away from the webhook.
+MARK_LABEL = f"{DOMAIN}/scheduler"
+MARK_VALUE = "slurm"
+
+# Set on marked Pods at admission. No scheduler serves it, so between ungating and binding
+# nobody but the binder can place the Pod.
+SCHEDULER_NAME = "slurmgate"
+GATE = f"{DOMAIN}/slurm-allocation"
+
+# --- user-set annotations (Slurm options) ---
+A_PARTITION = f"{DOMAIN}/partition"
+A_QOS = f"{DOMAIN}/qos"
+A_ACCOUNT = f"{DOMAIN}/account"
+A_TIME_LIMIT = f"{DOMAIN}/time-limit"  # Slurm syntax: MM, HH:MM:SS, D-HH[:MM[:SS]]
+A_CONSTRAINT = f"{DOMAIN}/constraint"  # Slurm feature expression, e.g. "a100&ib"
+A_PRIORITY = f"{DOMAIN}/nice"  # Slurm nice value, -10000..10000 (negative needs privilege)
+
+USER_ANNOTATIONS = (A_PARTITION, A_QOS, A_ACCOUNT, A_TIME_LIMIT, A_CONSTRAINT, A_PRIORITY)
+
+# --- annotations we write (status, for `kubectl describe pod`) ---
+A_CLAIM = f"{DOMAIN}/claim"  # token in the Slurm job's comment; matches Pods with generateName
+A_JOB_ID = f"{DOMAIN}/job-id"
+A_JOB_STATE = f"{DOMAIN}/job-state"
+A_JOB_REASON = f"{DOMAIN}/job-reason"
+A_SLURM_NODE = f"{DOMAIN}/slurm-node"
+A_SUBMITTED_AT = f"{DOMAIN}/submitted-at"
+
+# --- Nodes ---
+# Each Kubernetes Node that runs a slurmd carries the Slurm node name in this label.
+NODE_LABEL = f"{DOMAIN}/slurm-node"
+# slurmd Pods are found by this label; their memory request is what a Node keeps for slurmd.
+SLURMD_POD_LABEL = "app.kubernetes.io/name=slurmd"
+# Prefix of the Slurm drain reason we set on cordon; resume touches only nodes with it.
+DRAIN_REASON_PREFIX = "slurmgate: cordoned"
+
+# --- Slurm job identity ---
+JOB_NAME_PREFIX = "k8s:"
+COMMENT_PREFIX = "slurmgate claim="
+
+# Pod memory request when none is given. A Pod without a memory request is denied unless the
+# operator configures a default (WEBHOOK_DEFAULT_MEMORY), so nobody gets an accidental 0.
+DEFAULT_MEMORY: str | None = None
+
+
+def job_comment(claim: str, namespace: str, name: str) -> str:
+    """The comment carries the claim first; the binder parses only that part."""
+    return f"{COMMENT_PREFIX}{claim} pod={namespace}/{name}"
+
+
+def claim_from_comment(comment: str | None) -> str | None:
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return None
+    rest = comment[len(COMMENT_PREFIX):]
+    claim = rest.split(" ", 1)[0]
+    return claim or None
+
+
+def is_marked(labels: dict[str, str] | None) -> bool:
+    return bool(labels) and labels.get(MARK_LABEL) == MARK_VALUE

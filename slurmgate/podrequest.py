@@ -1,0 +1,213 @@
+"""Turn a Pod (its requests and our annotations) into what a placeholder Slurm job asks for.
+
+Every rejection names the field, so the apiserver's denial tells the user what to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from slurmgate import contract, quantity
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+MAX_MEMORY = Fraction(2**50)  # 1 PiB: beyond any node; larger is a typo
+MAX_CPUS = 100_000
+MAX_GPUS = 1024
+MAX_TIME_LIMIT_MINUTES = 366 * 24 * 60
+MAX_NICE = 10_000
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# Slurm feature expressions: names joined by & | , with [] () grouping and *N counts.
+_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.&|,()\[\]*:-]{1,256}$")
+_TIME_RE = re.compile(
+    r"^(?:(?P<d>\d{1,3})-(?P<dh>\d{1,2})(?::(?P<dm>\d{1,2})(?::(?P<ds>\d{1,2}))?)?"
+    r"|(?P<h>\d{1,5}):(?P<m>\d{1,2}):(?P<s>\d{1,2})"
+    r"|(?P<mm>\d{1,6}):(?P<ss>\d{1,2})"
+    r"|(?P<mo>\d{1,6}))$"
+)
+
+
+class PodRequestError(ValueError):
+    """A Pod we must refuse; `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str, reason: str = "InvalidAnnotation") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    memory_mib: int
+    cpus: int
+    gpus: int
+    partition: str | None
+    qos: str | None
+    account: str | None
+    time_limit_minutes: int | None
+    constraint: str | None
+    nice: int | None
+    termination_grace_seconds: int
+
+
+def parse_time_limit(text: str) -> int:
+    """Slurm time syntax -> minutes, rounded up (Slurm's own rounding)."""
+    m = _TIME_RE.match(text)
+    if not m:
+        raise ValueError("expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "d" in g:
+        seconds = ((g["d"] * 24 + g["dh"]) * 60 + g.get("dm", 0)) * 60 + g.get("ds", 0)
+    elif "h" in g:
+        seconds = (g["h"] * 60 + g["m"]) * 60 + g["s"]
+    elif "mm" in g:
+        seconds = g["mm"] * 60 + g["ss"]
+    else:
+        seconds = g["mo"] * 60
+    minutes = -(-seconds // 60)
+    if minutes < 1:
+        raise ValueError("must be at least one minute")
+    if minutes > MAX_TIME_LIMIT_MINUTES:
+        raise ValueError("longer than 366 days")
+    return minutes
+
+
+def _text(annotations: dict[str, str], key: str, pattern: re.Pattern[str]) -> str | None:
+    value = annotations.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isascii() or not value.isprintable():
+        raise PodRequestError(f"metadata.annotations[{key}]", "must be printable ASCII")
+    if not pattern.match(value):
+        raise PodRequestError(
+            f"metadata.annotations[{key}]", f"invalid value {value[:64]!r}"
+        )
+    return value
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(ann, dict):
+        raise PodRequestError("metadata.annotations", "must be a map")
+    return ann
+
+
+def _check_unknown(ann: dict[str, str]) -> None:
+    ours = {k for k in ann if isinstance(k, str) and k.startswith(contract.DOMAIN + "/")}
+    known = set(contract.USER_ANNOTATIONS)
+    # Status annotations we write ourselves may be present on re-invocation; they are not input.
+    known |= {contract.A_CLAIM, contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON,
+              contract.A_SLURM_NODE, contract.A_SUBMITTED_AT}
+    unknown = sorted(ours - known)
+    if unknown:
+        allowed = ", ".join(sorted(contract.USER_ANNOTATIONS))
+        raise PodRequestError(
+            f"metadata.annotations[{unknown[0]}]", f"unknown annotation (allowed: {allowed})"
+        )
+
+
+def _container_requests(c: dict[str, Any], name: str) -> dict[str, Fraction]:
+    res = c.get("resources") or {}
+    if not isinstance(res, dict):
+        raise PodRequestError(f"{name}.resources", "must be a map")
+    out: dict[str, Fraction] = {}
+    # Kubernetes defaults a missing request to the limit; do the same.
+    for section in ("limits", "requests"):
+        values = res.get(section) or {}
+        if not isinstance(values, dict):
+            raise PodRequestError(f"{name}.resources.{section}", "must be a map")
+        for key, raw in values.items():
+            try:
+                q = quantity.parse(raw)
+            except quantity.QuantityError as e:
+                raise PodRequestError(f"{name}.resources.{section}[{key}]", str(e),
+                                      "InvalidResources") from None
+            if q < 0:
+                raise PodRequestError(f"{name}.resources.{section}[{key}]", "is negative",
+                                      "InvalidResources")
+            out[key] = q
+    return out
+
+
+def effective_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
+    """Pod-level request per resource: max(sum of containers, largest init container)."""
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise PodRequestError("spec", "must be a map", "InvalidResources")
+    total: dict[str, Fraction] = {}
+    for i, c in enumerate(spec.get("containers") or []):
+        if not isinstance(c, dict):
+            raise PodRequestError(f"spec.containers[{i}]", "must be a map", "InvalidResources")
+        for k, v in _container_requests(c, f"spec.containers[{i}]").items():
+            total[k] = total.get(k, Fraction(0)) + v
+    for i, c in enumerate(spec.get("initContainers") or []):
+        if not isinstance(c, dict):
+            raise PodRequestError(f"spec.initContainers[{i}]", "must be a map", "InvalidResources")
+        for k, v in _container_requests(c, f"spec.initContainers[{i}]").items():
+            total[k] = max(total.get(k, Fraction(0)), v)
+    return total
+
+
+def from_pod(pod: dict[str, Any], default_memory: str | None = None,
+             default_partition: str | None = None) -> PodRequest:
+    ann = _annotations(pod)
+    _check_unknown(ann)
+    req = effective_requests(pod)
+
+    mem = req.get("memory")
+    if mem is None or mem == 0:
+        if default_memory is None:
+            raise PodRequestError(
+                "spec.containers[].resources.requests.memory",
+                "a memory request is required for Pods scheduled by Slurm "
+                "(Slurm sizes the placeholder job from it)",
+                "MissingMemoryRequest",
+            )
+        mem = quantity.parse(default_memory)
+    if mem > MAX_MEMORY:
+        raise PodRequestError("spec.containers[].resources.requests.memory",
+                              "is absurdly large (over 1 PiB)", "InvalidResources")
+    cpu = req.get("cpu", Fraction(1))
+    if cpu > MAX_CPUS:
+        raise PodRequestError("spec.containers[].resources.requests.cpu",
+                              f"is absurdly large (over {MAX_CPUS})", "InvalidResources")
+    gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
+    if gpus.denominator != 1 or gpus > MAX_GPUS:
+        raise PodRequestError("spec.containers[].resources.requests[nvidia.com/gpu]",
+                              "must be a whole number up to 1024", "InvalidResources")
+
+    time_limit = None
+    raw_time = _text(ann, contract.A_TIME_LIMIT, re.compile(r"^[0-9:-]{1,16}$"))
+    if raw_time is not None:
+        try:
+            time_limit = parse_time_limit(raw_time)
+        except ValueError as e:
+            raise PodRequestError(f"metadata.annotations[{contract.A_TIME_LIMIT}]",
+                                  f"{raw_time!r}: {e}") from None
+
+    nice = None
+    raw_nice = _text(ann, contract.A_PRIORITY, re.compile(r"^[+-]?\d{1,6}$"))
+    if raw_nice is not None:
+        nice = int(raw_nice)
+        if abs(nice) > MAX_NICE:
+            raise PodRequestError(f"metadata.annotations[{contract.A_PRIORITY}]",
+                                  f"must be between -{MAX_NICE} and {MAX_NICE}")
+
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+    if not isinstance(grace, int) or isinstance(grace, bool):
+        grace = 30
+    return PodRequest(
+        memory_mib=max(1, quantity.to_mib_ceil(mem)),
+        cpus=max(1, quantity.to_int_ceil(cpu)),
+        gpus=int(gpus),
+        partition=_text(ann, contract.A_PARTITION, _NAME_RE) or default_partition,
+        qos=_text(ann, contract.A_QOS, _NAME_RE),
+        account=_text(ann, contract.A_ACCOUNT, _NAME_RE),
+        time_limit_minutes=time_limit,
+        constraint=_text(ann, contract.A_CONSTRAINT, _CONSTRAINT_RE),
+        nice=nice,
+        termination_grace_seconds=grace,
+    )

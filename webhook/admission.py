@@ -1,0 +1,209 @@
+"""AdmissionReview in, AdmissionReview out: validate, submit the placeholder job, gate."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slurmgate import contract, podrequest
+from slurmgate.logs import kv
+from slurmgate.nodemap import NodeMap
+from slurmgate.slurm import JobSpec, SlurmError
+from webhook import metrics
+from webhook.patch import gate_pod
+from webhook.validate import check_fit
+
+log = logging.getLogger("slurmgate.webhook")
+
+API_VERSION = "admission.k8s.io/v1"
+STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slurm is back
+
+
+# A Pod copied from another may carry our status annotations: never trust them.
+STALE = (contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON, contract.A_SLURM_NODE,
+         contract.A_SUBMITTED_AT)
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    fail_open: bool = False
+    default_memory: str | None = None
+    default_partition: str | None = None
+    dedup_entries: int = 10_000
+
+
+Submit = Callable[[JobSpec], Awaitable[int]]
+
+
+def _response(uid: str, allowed: bool, *, patch: list[dict[str, Any]] | None = None,
+              message: str = "", reason: str = "", code: int = 403,
+              warnings: tuple[str, ...] = ()) -> dict[str, Any]:
+    resp: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if not allowed:
+        resp["status"] = {"code": code, "reason": reason, "message": f"slurmgate: {message}"}
+    if warnings:
+        resp["warnings"] = [w[:256] for w in warnings[:10]]
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+def parse_review(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadReview("body must be a JSON object")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
+        raise BadReview(f"expected apiVersion {API_VERSION} kind AdmissionReview")
+    req = body.get("request")
+    if not isinstance(req, dict):
+        raise BadReview("request must be an object")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid or len(uid) > 128:
+        raise BadReview("request.uid must be a non-empty string")
+    return req
+
+
+class Admitter:
+    def __init__(self, submit: Submit, nodemap: Callable[[], NodeMap | None],
+                 settings: Settings) -> None:
+        self._submit = submit
+        self._nodemap = nodemap
+        self.settings = settings
+        # apiserver retries reuse the request uid: answer them from here, so one job per Pod
+        self._seen: OrderedDict[str, asyncio.Future[dict[str, Any]]] = OrderedDict()
+
+    async def review(self, body: Any) -> dict[str, Any]:
+        """Raises BadReview for bodies that are not AdmissionReviews."""
+        req = parse_review(body)
+        uid = req["uid"]
+        pending = self._seen.get(uid)
+        if pending is not None:
+            metrics.DUPLICATES.inc()
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._seen[uid] = fut
+        while len(self._seen) > self.settings.dedup_entries:
+            self._seen.popitem(last=False)
+        try:
+            result = await self._review(uid, req)
+        except BaseException as e:
+            self._seen.pop(uid, None)
+            fut.set_exception(e)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        fut.set_result(result)
+        return result
+
+    async def _review(self, uid: str, req: dict[str, Any]) -> dict[str, Any]:
+        kind = req.get("kind") or {}
+        resource = req.get("resource") or {}
+        is_pod = (isinstance(kind, dict) and kind.get("kind") == "Pod" and kind.get("group") == ""
+                  and isinstance(resource, dict) and resource.get("resource") == "pods"
+                  and not req.get("subResource"))
+        if not is_pod or req.get("operation") != "CREATE":
+            return _response(uid, True)
+        pod = req.get("object")
+        if not isinstance(pod, dict):
+            return self._deny(uid, "InvalidObject", "request.object must be a Pod object")
+        meta = pod.get("metadata") or {}
+        if not isinstance(meta, dict):
+            return self._deny(uid, "InvalidObject", "metadata must be an object")
+        labels = meta.get("labels")
+        if not contract.is_marked(labels if isinstance(labels, dict) else None):
+            metrics.DECISIONS.labels("untouched").inc()
+            return _response(uid, True)
+        return await self._admit_marked(uid, req, pod, meta)
+
+    def _deny(self, uid: str, reason: str, message: str,
+              warnings: tuple[str, ...] = ()) -> dict[str, Any]:
+        metrics.DENIALS.labels(reason).inc()
+        metrics.DECISIONS.labels("denied").inc()
+        return _response(uid, False, message=message, reason=reason, warnings=warnings)
+
+    async def _admit_marked(self, uid: str, req: dict[str, Any], pod: dict[str, Any],
+                            meta: dict[str, Any]) -> dict[str, Any]:
+        namespace = req.get("namespace") or meta.get("namespace") or "default"
+        if not isinstance(namespace, str):
+            return self._deny(uid, "InvalidObject", "namespace must be a string")
+        name = meta.get("name") or ""
+        gen = meta.get("generateName") or ""
+        if not isinstance(name, str) or not isinstance(gen, str):
+            return self._deny(uid, "InvalidObject", "metadata.name must be a string")
+        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        if spec.get("nodeName"):
+            return self._deny(uid, "NodeNameSet",
+                              "spec.nodeName is set: Slurm chooses the Node for this Pod; "
+                              "remove spec.nodeName or the slurmgate.io/scheduler label")
+        try:
+            r = podrequest.from_pod(pod, self.settings.default_memory,
+                                    self.settings.default_partition)
+        except podrequest.PodRequestError as e:
+            return self._deny(uid, e.reason, str(e))
+        nodes = self._nodemap()
+        if nodes is None:
+            return self._deny(uid, "InventoryUnavailable",
+                              "the Slurm node inventory is not loaded yet; retry shortly")
+        verdict = check_fit(r, nodes)
+        if not verdict.allowed:
+            return self._deny(uid, verdict.reason, verdict.message, verdict.warnings)
+        warnings = list(verdict.warnings)
+        sched = spec.get("schedulerName")
+        if sched and sched not in ("default-scheduler", contract.SCHEDULER_NAME):
+            warnings.append(f"spec.schedulerName {sched!r} replaced by "
+                            f"{contract.SCHEDULER_NAME!r}: Slurm places this Pod")
+
+        claim = uuid.uuid4().hex
+        display = name or f"{gen}*"
+        annotations = {contract.A_CLAIM: claim}
+        if req.get("dryRun"):
+            metrics.DECISIONS.labels("dry_run").inc()
+            annotations[contract.A_JOB_STATE] = "DryRun"
+            return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+                             warnings=tuple(warnings))
+        job = JobSpec(
+            name=f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200],
+            comment=contract.job_comment(claim, namespace, display),
+            memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, nodes=1,
+            partition=r.partition, qos=r.qos, account=r.account,
+            time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
+        )
+        t0 = time.perf_counter()
+        try:
+            job_id = await self._submit(job)
+        except SlurmError as e:
+            metrics.SUBMIT_ERRORS.inc()
+            log.warning("slurm submit failed", extra=kv(pod=f"{namespace}/{display}",
+                                                         error=str(e)))
+            if not self.settings.fail_open:
+                return self._deny(uid, "SlurmSubmitFailed", f"Slurm refused the job: {e}")
+            annotations[contract.A_JOB_STATE] = STATE_SUBMIT_PENDING
+            annotations[contract.A_JOB_REASON] = str(e)[:200]
+            metrics.DECISIONS.labels("gated_submit_pending").inc()
+            warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
+                            "submitted when Slurm answers again")
+            return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+                             warnings=tuple(warnings))
+        finally:
+            metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
+        annotations[contract.A_JOB_ID] = str(job_id)
+        annotations[contract.A_JOB_STATE] = "PENDING"
+        annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
+        metrics.DECISIONS.labels("gated").inc()
+        log.info("placeholder job submitted",
+                 extra=kv(pod=f"{namespace}/{display}", job=job_id, claim=claim,
+                          memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition))
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+                         warnings=tuple(warnings))
+

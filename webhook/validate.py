@@ -1,0 +1,59 @@
+"""Does a Pod fit on at least one Slurm node beside that Node's slurmd container?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmgate.nodemap import NodeMap
+from slurmgate.podrequest import PodRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    reason: str = ""  # CamelCase, for the denials metric and the Status reason
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def check_fit(req: PodRequest, nodes: NodeMap) -> Verdict:
+    partition = req.partition or nodes.default_partition
+    if partition is not None and partition not in nodes.partitions:
+        known = ", ".join(sorted(nodes.partitions)) or "none"
+        return Verdict(False, "UnknownPartition",
+                       f"partition {partition!r} does not exist in Slurm (known: {known})")
+    candidates = nodes.in_partition(partition)
+    if not candidates:
+        return Verdict(False, "NoSlurmNodes",
+                       f"partition {partition!r} has no Slurm node with a Kubernetes Node "
+                       f"(label the Nodes running slurmd)")
+    warnings = tuple(
+        f"Node {c.k8s_node}: slurmd requests {c.slurmd_memory_mib}Mi, more than half of the "
+        f"Node's {c.node_memory_mib}Mi"
+        for c in candidates if c.slurmd_memory_mib * 2 > c.node_memory_mib
+    )
+    fitting = [c for c in candidates
+               if c.memory_mib >= req.memory_mib and c.cpus >= req.cpus and c.gpus >= req.gpus]
+    if fitting:
+        return Verdict(True, warnings=warnings)
+    best_mem = max(candidates, key=lambda c: c.memory_mib)
+    if all(c.memory_mib < req.memory_mib for c in candidates):
+        return Verdict(
+            False, "MemoryTooLarge",
+            f"memory request {req.memory_mib}Mi fits on no Slurm node of partition "
+            f"{partition!r}: the most any Node can give beside its slurmd container is "
+            f"{best_mem.memory_mib}Mi (Node {best_mem.k8s_node}: {best_mem.node_memory_mib}Mi "
+            f"allocatable, slurmd requests {best_mem.slurmd_memory_mib}Mi)", warnings)
+    if all(c.cpus < req.cpus for c in candidates):
+        most = max(c.cpus for c in candidates)
+        return Verdict(False, "CPUTooLarge",
+                       f"cpu request {req.cpus} fits on no Slurm node of partition "
+                       f"{partition!r} (at most {most} beside slurmd)", warnings)
+    if all(c.gpus < req.gpus for c in candidates):
+        most = max(c.gpus for c in candidates)
+        return Verdict(False, "GPUTooLarge",
+                       f"GPU request {req.gpus} fits on no Slurm node of partition "
+                       f"{partition!r} (at most {most})", warnings)
+    return Verdict(False, "NoSingleNodeFits",
+                   f"no single Slurm node of partition {partition!r} has memory "
+                   f"{req.memory_mib}Mi, {req.cpus} CPUs and {req.gpus} GPUs at once", warnings)
