@@ -87,7 +87,7 @@ current-context: local
 
 
 def _spawn(name: str, argv: list[str], log_dir: Path) -> int:
-    log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(log_dir / f"{name}.log", "ab")  # handed to the child
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()

@@ -48,8 +48,11 @@ class Local:
 
 def kubectl(kc: kube.KubeCluster, *args: str, stdin: str | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", f"--kubeconfig={kc.kubeconfig}", *args], input=stdin,
-                          text=True, capture_output=True, check=check)
+    p = subprocess.run(["kubectl", f"--kubeconfig={kc.kubeconfig}", *args], input=stdin,
+                       text=True, capture_output=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {p.stderr.strip()}")
+    return p
 
 
 def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
@@ -89,9 +92,20 @@ def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
     return objs
 
 
+def _as_list(objs: list[dict]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+
+
 def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
-    docs = "\n---\n".join(json.dumps(o) for o in _node_objects(s))
-    kubectl(kc, "apply", "-f", "-", stdin=docs)
+    objs = _node_objects(s)
+    first = [o for o in objs if o["kind"] != "Pod"]
+    kubectl(kc, "apply", "-f", "-", stdin=_as_list(first))
+    # Pods need their namespace's default ServiceAccount (made by kube-controller-manager)
+    kube.wait_for("default ServiceAccounts", lambda: all(
+        kubectl(kc, "get", "sa", "default", "-n", n, check=False).returncode == 0
+        for n in ("default", SLURM_NS)), 60)
+    pods = [o for o in objs if o["kind"] == "Pod"]
+    kubectl(kc, "apply", "-f", "-", stdin=_as_list(pods))
 
     def all_ready() -> bool:
         out = kubectl(kc, "get", "nodes", "-l", contract.NODE_LABEL, "-o",
@@ -103,9 +117,6 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
                 and len(pods) == len(s.nodes) and all(p == "Running" for p in pods))
 
     kube.wait_for("kwok Nodes Ready and slurmd Pods Running", all_ready, 90, interval=0.3)
-    # kube-controller-manager creates the default ServiceAccount; Pods can't be created without it
-    kube.wait_for("default ServiceAccount",
-                  lambda: kubectl(kc, "get", "sa", "default", check=False).returncode == 0, 60)
 
 
 def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16000,

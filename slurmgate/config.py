@@ -23,6 +23,6 @@ class SlurmSettings:
     def from_env(cls) -> SlurmSettings:
         return cls(
             url=os.environ.get("SLURMREST_URL", "http://127.0.0.1:6820"),
-            token_file=os.environ.get("SLURM_TOKEN_FILE", "/var/run/secrets/slurm/token"),
+            token_file=os.environ.get("SLURM_JWT_FILE", "/etc/slurmgate/slurm-jwt/token"),
             user=os.environ.get("SLURM_USER", "root"),
         )

@@ -24,7 +24,9 @@ _SUFFIX = {
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
 }
-_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d{1,3})|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
+_RE = re.compile(
+    r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d{1,3})|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+)
 
 
 class QuantityError(ValueError):

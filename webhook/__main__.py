@@ -25,9 +25,9 @@ log = logging.getLogger("slurmgate.webhook")
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="slurmgate-webhook")
     ap.add_argument("--listen", default=os.environ.get("WEBHOOK_LISTEN", "0.0.0.0:8443"))
-    ap.add_argument("--tls-cert", default=os.environ.get("WEBHOOK_TLS_CERT",
+    ap.add_argument("--tls-cert-file", default=os.environ.get("WEBHOOK_TLS_CERT",
                                                          "/etc/slurmgate/tls/tls.crt"))
-    ap.add_argument("--tls-key", default=os.environ.get("WEBHOOK_TLS_KEY",
+    ap.add_argument("--tls-key-file", default=os.environ.get("WEBHOOK_TLS_KEY",
                                                         "/etc/slurmgate/tls/tls.key"))
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     ap.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
@@ -51,7 +51,7 @@ async def run(a: argparse.Namespace) -> None:
             return False, "node inventory not loaded (Slurm or Kubernetes unreachable)"
         return True, ""
 
-    reloader = CertReloader(TLSFiles(Path(a.tls_cert), Path(a.tls_key)))
+    reloader = CertReloader(TLSFiles(Path(a.tls_cert_file), Path(a.tls_key_file)))
     host, _, port = a.listen.rpartition(":")
     runner = await serve(make_app(admitter, ready), host or "0.0.0.0", int(port), reloader)
     tasks = [asyncio.create_task(inventory.run(metrics.INVENTORY_ERRORS.inc)),

@@ -16,6 +16,7 @@ from typing import Any
 from slurmgate import contract, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
+from slurmgate.placeholder import job_spec, pod_display_name
 from slurmgate.slurm import JobSpec, SlurmError
 from webhook import metrics
 from webhook.patch import gate_pod
@@ -165,20 +166,14 @@ class Admitter:
                             f"{contract.SCHEDULER_NAME!r}: Slurm places this Pod")
 
         claim = uuid.uuid4().hex
-        display = name or f"{gen}*"
+        display = pod_display_name(meta)
         annotations = {contract.A_CLAIM: claim}
         if req.get("dryRun"):
             metrics.DECISIONS.labels("dry_run").inc()
             annotations[contract.A_JOB_STATE] = "DryRun"
             return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
                              warnings=tuple(warnings))
-        job = JobSpec(
-            name=f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200],
-            comment=contract.job_comment(claim, namespace, display),
-            memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, nodes=1,
-            partition=r.partition, qos=r.qos, account=r.account,
-            time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
-        )
+        job = job_spec(r, claim, namespace, display)
         t0 = time.perf_counter()
         try:
             job_id = await self._submit(job)

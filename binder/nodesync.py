@@ -1,0 +1,78 @@
+"""Kubernetes cordon -> Slurm drain; uncordon -> resume (only nodes we drained)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from binder import metrics
+from slurmgate import contract, scontrol
+from slurmgate.logs import kv
+from slurmgate.slurm import NodeInfo
+
+if TYPE_CHECKING:
+    from binder.reconciler import Binder
+
+log = logging.getLogger("slurmgate.nodesync")
+CACHE_SECONDS = 1.0
+
+
+class NodeSync:
+    def __init__(self, binder: Binder) -> None:
+        self.binder = binder
+        self._nodes: dict[str, NodeInfo] = {}
+        self._at = 0.0
+
+    async def _slurm_node(self, name: str) -> NodeInfo | None:
+        if time.monotonic() - self._at > CACHE_SECONDS:
+            self._nodes = {n.name: n for n in await self.binder.slurm.nodes()}
+            self._at = time.monotonic()
+        return self._nodes.get(name)
+
+    async def _update(self, slurm_name: str, drain: bool, reason: str | None) -> None:
+        slurm = self.binder.slurm
+        try:
+            if drain:
+                await slurm.drain(slurm_name, reason or "")
+            else:
+                await slurm.resume(slurm_name)
+        except NotImplementedError:  # Slurm 22.05: no node update over REST
+            await scontrol.update_node(slurm_name, "DRAIN" if drain else "RESUME", reason,
+                                       slurm.token())
+
+    async def handle(self, key: object) -> None:
+        try:
+            await self._reconcile(str(key))
+            self.binder.node_queue.forget(key)
+        except Exception as e:
+            delay = self.binder.node_queue.retry(key)
+            log.warning("node sync failed; will retry",
+                        extra=kv(node=key, error=str(e), retry_in=round(delay, 2)))
+
+    async def _reconcile(self, k8s_name: str) -> None:
+        node = self.binder.nodes.store.get(k8s_name)
+        if node is None:
+            return
+        slurm_name = (node["metadata"].get("labels") or {}).get(contract.NODE_LABEL)
+        if not slurm_name:
+            return
+        sn = await self._slurm_node(slurm_name)
+        if sn is None:
+            log.warning("no such Slurm node", extra=kv(node=k8s_name, slurm_node=slurm_name))
+            return
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
+        ours = (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
+        if cordoned and not drained:
+            await self._update(slurm_name, True, f"{contract.DRAIN_REASON_PREFIX} {k8s_name}")
+            self._at = 0.0
+            metrics.NODE_ACTIONS.labels("drain").inc()
+            log.info("node cordoned; Slurm node drained",
+                     extra=kv(node=k8s_name, slurm_node=slurm_name))
+        elif not cordoned and drained and ours:
+            await self._update(slurm_name, False, None)
+            self._at = 0.0
+            metrics.NODE_ACTIONS.labels("resume").inc()
+            log.info("node uncordoned; Slurm node resumed",
+                     extra=kv(node=k8s_name, slurm_node=slurm_name))

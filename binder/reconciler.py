@@ -1,0 +1,317 @@
+"""The binder: watches marked Pods, Nodes and our Slurm jobs; carries out state.decide().
+
+State lives in Pod annotations and in Slurm, never only here: the in-memory maps are caches
+rebuilt from watches and polls after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from binder import metrics, state
+from binder.events import Recorder
+from binder.informer import Informer
+from binder.jobs import JobTracker
+from binder.nodesync import NodeSync
+from binder.workqueue import WorkQueue
+from slurmgate import contract, podrequest
+from slurmgate.kube import KubeClient, KubeError, pod_path
+from slurmgate.logs import kv
+from slurmgate.placeholder import job_spec, pod_display_name
+from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
+
+log = logging.getLogger("slurmgate.binder")
+
+EVICT_GRACE = 60.0  # eviction refused (PDB) this long -> delete
+ORPHAN_GRACE = 60.0  # a job whose claim no Pod carries, older than this, is cancelled
+STUCK_AFTER = 30.0
+
+
+def _esc(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+class Binder:
+    def __init__(self, kube: KubeClient, slurm: SlurmClient, *, workers: int = 16,
+                 default_memory: str | None = None, default_partition: str | None = None,
+                 orphan_grace: float = ORPHAN_GRACE) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.workers = workers
+        self.default_memory = default_memory
+        self.default_partition = default_partition
+        self.orphan_grace = orphan_grace
+        self.queue = WorkQueue()
+        self.events = Recorder(kube)
+        self.jobs = JobTracker(slurm, self._on_job)
+        self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
+                             label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
+        self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,
+                              label_selector=contract.NODE_LABEL)
+        self.key_by_claim: dict[str, str] = {}
+        self.claim_by_key: dict[str, str] = {}
+        self.node_for: dict[str, state.NodeRef] = {}  # Slurm node -> k8s Node
+        self.slurm_of: dict[str, str] = {}  # k8s Node -> Slurm node
+        self._evict_refused_since: dict[str, float] = {}
+        self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
+        self.node_queue = WorkQueue()
+        self.nodesync = NodeSync(self)
+
+    # --- event handlers: cheap, they only index and enqueue ---
+    def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new or old or {}
+        claim = ((obj.get("metadata") or {}).get("annotations") or {}).get(contract.A_CLAIM)
+        if new is None:
+            if claim and self.key_by_claim.get(claim) == key:
+                del self.key_by_claim[claim]
+            self.claim_by_key.pop(key, None)
+            self.queue.add(("gone", key, claim))
+            return
+        if claim:
+            self.key_by_claim[claim] = key
+            self.claim_by_key[key] = claim
+        if state.is_gated(new):
+            self.jobs.kick()
+        self.queue.add(("pod", key, claim))
+
+    def _on_job(self, claim: str, job: JobInfo | None) -> None:
+        key = self.key_by_claim.get(claim)
+        if key is not None:
+            self.queue.add(("pod", key, claim))
+
+    def _on_node(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new or old or {}
+        slurm_name = ((obj.get("metadata") or {}).get("labels") or {}).get(contract.NODE_LABEL)
+        prev = self.slurm_of.pop(key, None)
+        if prev:
+            self.node_for.pop(prev, None)
+        if new is not None and slurm_name:
+            self.node_for[slurm_name] = state.NodeRef(
+                key, bool((new.get("spec") or {}).get("unschedulable")))
+            self.slurm_of[key] = slurm_name
+            # Pods waiting on this node (e.g. it just appeared) get another look
+            for claim, job in self.jobs.by_claim.items():
+                if job.nodes and job.nodes[0] == slurm_name and claim in self.key_by_claim:
+                    self.queue.add(("pod", self.key_by_claim[claim], claim))
+        if slurm_name:
+            self.node_queue.add(key)
+
+    # --- reconcile ---
+    async def handle(self, item: Any) -> None:
+        kind, key, claim = item
+        try:
+            if kind == "gone":
+                await self._pod_gone(key, claim)
+            else:
+                await self._reconcile(key)
+            self.queue.forget(item)
+        except Exception as e:
+            metrics.RECONCILE_ERRORS.inc()
+            delay = self.queue.retry(item)
+            log.warning("reconcile failed; will retry",
+                        extra=kv(pod=key, error=str(e), retry_in=round(delay, 2)))
+
+    async def _pod_gone(self, key: str, claim: str | None) -> None:
+        job = self.jobs.get(claim)
+        if job is not None and job.state not in state.ENDING - {"COMPLETING", "PREEMPTED"}:
+            await self._cancel(job, "pod_deleted")
+            log.info("pod gone; job cancelled", extra=kv(pod=key, job=job.job_id))
+
+    async def _cancel(self, job: JobInfo, why: str) -> None:
+        await self.slurm.cancel(job.job_id, "KILL")
+        metrics.CANCELS.labels(why).inc()
+
+    async def _reconcile(self, key: str) -> None:
+        pod = self.pods.store.get(key)
+        if pod is None:
+            return
+        ann = pod["metadata"].get("annotations") or {}
+        job = self.jobs.get(ann.get(contract.A_CLAIM))
+        d = state.decide(pod, job, state.World(
+            slurm_synced=self.jobs.synced.is_set(), now=time.time(), node_for=self.node_for))
+        metrics.RECONCILES.labels(d.action).inc()
+        uid = pod["metadata"].get("uid", "")
+        if uid not in self._announced and ann.get(contract.A_JOB_ID) and d.action != state.SUBMIT:
+            # the webhook can't write Events (the Pod does not exist yet at admission)
+            self._announced[uid] = None
+            if len(self._announced) > 100_000:
+                self._announced.clear()
+            await self.events.emit(pod, "SlurmJobSubmitted",
+                                   f"placeholder job {ann[contract.A_JOB_ID]} submitted at "
+                                   f"admission", once=False)
+        if d.action in (state.NOTHING, state.WAIT):
+            if d.reason:
+                await self.events.emit(pod, d.reason, d.message, warning=True)
+            if d.requeue_after:
+                self.queue.add_after(("pod", key, ann.get(contract.A_CLAIM)), d.requeue_after)
+            return
+        if d.action == state.STATUS:
+            await self._set_status(pod, d.status)
+            if d.reason:
+                await self.events.emit(pod, d.reason, d.message)
+        elif d.action == state.BIND:
+            assert job is not None and d.node is not None
+            await self._bind(pod, job, d)
+        elif d.action == state.EVICT:
+            await self._evict(pod, d)
+        elif d.action == state.CANCEL:
+            assert job is not None
+            await self._cancel(job, "pod_finished")
+            await self.events.emit(pod, d.reason, d.message)
+        elif d.action == state.SUBMIT:
+            await self._submit(pod, "SlurmJobSubmitted")
+        elif d.action == state.RESUBMIT:
+            if job is not None:
+                await self._cancel(job, "resubmit")
+            await self.events.emit(pod, d.reason, d.message, warning=True)
+            await self._submit(pod, "SlurmJobSubmitted")
+
+    async def _set_status(self, pod: dict[str, Any], status: dict[str, str]) -> None:
+        meta = pod["metadata"]
+        patch = {"metadata": {"annotations": {k: (v or None) for k, v in status.items()}}}
+        await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+
+    async def _submit(self, pod: dict[str, Any], reason: str) -> None:
+        meta = pod["metadata"]
+        ann = meta.get("annotations") or {}
+        claim = ann.get(contract.A_CLAIM)
+        if not claim:
+            await self.events.emit(pod, "MissingClaim", "Pod has no slurmgate.io/claim "
+                                   "annotation (not admitted by the webhook?)", warning=True)
+            return
+        try:
+            r = podrequest.from_pod(pod, self.default_memory, self.default_partition)
+        except podrequest.PodRequestError as e:
+            await self.events.emit(pod, "InvalidSlurmRequest", str(e), warning=True)
+            return
+        spec = job_spec(r, claim, meta["namespace"], pod_display_name(meta))
+        try:
+            job_id = await self.slurm.submit(spec)
+        except SlurmError as e:
+            await self.events.emit(pod, "SlurmSubmitFailed", str(e), warning=True)
+            raise
+        await self._set_status(pod, {contract.A_JOB_ID: str(job_id),
+                                     contract.A_JOB_STATE: "PENDING",
+                                     contract.A_JOB_REASON: "",
+                                     contract.A_SUBMITTED_AT: str(int(time.time()))})
+        self.jobs.kick()
+        await self.events.emit(pod, reason, f"submitted placeholder job {job_id}")
+
+    async def _bind(self, pod: dict[str, Any], job: JobInfo, d: state.Decision) -> None:
+        meta = pod["metadata"]
+        path = pod_path(meta["namespace"], meta["name"])
+        ops: list[dict[str, Any]] = []
+        gates = pod["spec"].get("schedulingGates") or []
+        if state.is_gated(pod):
+            # test first: if anything changed the gates meanwhile, fail and reconcile again
+            ops += [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
+                    {"op": "replace", "path": "/spec/schedulingGates",
+                     "value": [g for g in gates if g.get("name") != contract.GATE]}]
+        if not isinstance(meta.get("annotations"), dict):
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        for k, v in d.status.items():
+            ops.append({"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v})
+        await self.kube.json_patch(path, ops)
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                                "uid": meta["uid"]},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
+        try:
+            await self.kube.create(pod_path(meta["namespace"], meta["name"], "binding"), binding)
+        except KubeError as e:
+            if e.status != 409:  # 409: already bound (a retry after a crash): done
+                raise
+        seen = self.jobs.seen_running_at.get(job.job_id)
+        if seen is not None:
+            metrics.BIND_LATENCY.observe(time.monotonic() - seen)
+        log.info("pod bound", extra=kv(pod=f"{meta['namespace']}/{meta['name']}",
+                                       node=d.node, job=job.job_id, slurm_node=job.nodes[0]))
+        await self.events.emit(pod, "SlurmAllocated",
+                               f"job {job.job_id} RUNNING on Slurm node {job.nodes[0]}")
+        await self.events.emit(pod, d.reason, d.message)
+
+    async def _evict(self, pod: dict[str, Any], d: state.Decision) -> None:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        await self.events.emit(pod, d.reason, d.message, warning=True)
+        if d.status:
+            await self._set_status(pod, d.status)
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
+        try:
+            await self.kube.create(pod_path(meta["namespace"], meta["name"], "eviction"), body)
+        except KubeError as e:
+            if e.status == 404:
+                return
+            if e.status != 429:
+                raise
+            since = self._evict_refused_since.setdefault(key, time.monotonic())
+            if time.monotonic() - since < EVICT_GRACE:
+                self.queue.add_after(("pod", key, self.claim_by_key.get(key)), 5.0)
+                await self.events.emit(pod, "EvictionRefused", f"{e.message}; retrying, "
+                                       f"deleting after {EVICT_GRACE:.0f}s", warning=True)
+                return
+            await self.kube.delete(pod_path(meta["namespace"], meta["name"]),
+                                   {"preconditions": {"uid": meta["uid"]}})
+        self._evict_refused_since.pop(key, None)
+        metrics.EVICTIONS.labels(d.reason).inc()
+        await self.events.emit(pod, "Evicted", f"evicted: {d.message}", warning=True)
+
+    # --- periodic sweeps (work proportional to our jobs, run rarely) ---
+    async def sweep(self, interval: float = 10.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._sweep_once()
+            except Exception as e:
+                log.warning("sweep failed", extra=kv(error=str(e)))
+
+    async def _sweep_once(self) -> None:
+        if not (self.pods.synced.is_set() and self.jobs.synced.is_set()):
+            return
+        now = time.time()
+        gated = stuck = 0
+        for claim, job in list(self.jobs.by_claim.items()):
+            key = self.key_by_claim.get(claim)
+            if key is None:
+                if job.state in state.ENDING - {"COMPLETING", "PREEMPTED"}:
+                    continue
+                # Pod never appeared (admission rejected later) or vanished while we were down
+                if job.submit_time and now - job.submit_time > self.orphan_grace:
+                    await self._cancel(job, "orphan")
+                    log.info("orphan job cancelled", extra=kv(job=job.job_id, claim=claim))
+                continue
+            pod = self.pods.store.get(key)
+            if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                continue
+            gated += 1
+            seen = self.jobs.seen_running_at.get(job.job_id)
+            if job.state == "RUNNING" and seen and time.monotonic() - seen > STUCK_AFTER:
+                stuck += 1
+                self.queue.add(("pod", key, claim))
+        metrics.GATED.set(gated)
+        metrics.STUCK.set(stuck)
+        for node in list(self.nodes.store):  # few Nodes; catches drains undone behind our back
+            self.node_queue.add(node)
+
+    async def _first_sync(self) -> None:
+        """Once both sides are known, look at every Pod once (e.g. jobs gone while we were down)."""
+        await self.pods.synced.wait()
+        await self.jobs.synced.wait()
+        for key in list(self.pods.store):
+            self.queue.add(("pod", key, self.claim_by_key.get(key)))
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(t) for t in (
+            self.nodes.run(), self.pods.run(), self.jobs.run(), self._first_sync(),
+            self.queue.run_workers(self.workers, self.handle), self.sweep(),
+            self.node_queue.run_workers(2, self.nodesync.handle))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()

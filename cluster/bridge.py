@@ -1,0 +1,180 @@
+"""Deploy slurmgate onto the local cluster the way a user would, with the processes on the host.
+
+    python -m cluster.bridge up     # certs, kubectl apply -k kustomize/overlays/local, processes
+    python -m cluster.bridge down
+
+The webhook and binder authenticate as the slurmgate ServiceAccount (a token from the
+TokenRequest API), so the local runs exercise the least-privilege RBAC for real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import subprocess
+import sys
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cluster import kube
+from cluster.local import DEFAULT_RUN_DIR, Local, kubectl, load
+
+REPO = Path(__file__).resolve().parent.parent
+OVERLAY = REPO / "kustomize" / "overlays" / "local"
+NAMESPACE = "slurmgate-system"
+WEBHOOK_PORT = 9443
+BINDER_PORT = 9480
+
+
+@dataclass
+class Bridge:
+    run_dir: str
+    kubeconfig: str  # the ServiceAccount's
+    webhook_url: str
+    binder_url: str
+    pids: dict[str, int] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _python() -> str:
+    return sys.executable
+
+
+def make_certs(run_dir: Path) -> Path:
+    certs = run_dir / "certs"
+    subprocess.run([_python(), "-m", "certs", "webhook", "--out", str(certs),
+                    "--namespace", NAMESPACE, "--service", "slurmgate-webhook",
+                    "--ip", "127.0.0.1", "--ca-bundle-out", str(certs / "ca-bundle.b64")],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run([_python(), "-m", "certs", "webhook-patch",
+                    "--ca-bundle-file", str(certs / "ca-bundle.b64"),
+                    "--url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate",
+                    "--out", str(OVERLAY / "generated" / "webhook-patch.yaml")],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return certs
+
+
+def sa_kubeconfig(local: Local, path: Path) -> None:
+    token = kubectl(local.kube, "create", "token", "slurmgate", "-n", NAMESPACE,
+                    "--duration=48h").stdout.strip()
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {{server: {local.kube.server}, certificate-authority: {local.kube.ca_file}}}
+users:
+- name: slurmgate
+  user: {{token: {token}}}
+contexts:
+- name: local
+  context: {{cluster: local, user: slurmgate}}
+current-context: local
+""")
+    path.chmod(0o600)
+
+
+def _ready(url: str, cafile: str | None) -> bool:
+    ctx = ssl.create_default_context(cafile=cafile) if cafile else None
+    with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+        return r.status == 200 and (b"standby" not in r.read())
+
+
+def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder")) -> None:
+    run_dir = Path(b.run_dir)
+    log_dir = run_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **b.env}
+    for name in which:
+        module = "webhook" if name == "webhook" else "binder"
+        args = [_python(), "-m", module]
+        if name == "webhook":
+            args += [f"--listen=127.0.0.1:{WEBHOOK_PORT}",
+                     f"--tls-cert-file={run_dir / 'certs' / 'tls.crt'}",
+                     f"--tls-key-file={run_dir / 'certs' / 'tls.key'}"]
+        else:
+            args += [f"--health-listen=127.0.0.1:{BINDER_PORT}"]
+        log = open(log_dir / f"{name}.log", "ab")  # handed to the child
+        proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        b.pids[name] = proc.pid
+    _save(b)
+    ca = str(run_dir / "certs" / "ca.crt")
+    if "webhook" in which:
+        kube.wait_for("webhook /readyz", lambda: _ready(f"{b.webhook_url}/readyz", ca), 60,
+                      b.pids["webhook"], log_dir / "webhook.log")
+    if "binder" in which:
+        kube.wait_for("binder /readyz (leader)", lambda: _ready(f"{b.binder_url}/readyz", None),
+                      60, b.pids["binder"], log_dir / "binder.log")
+
+
+def stop_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder")) -> None:
+    kube.stop_pids({k: v for k, v in b.pids.items() if k in which}, timeout=10)
+    for k in which:
+        b.pids.pop(k, None)
+    _save(b)
+
+
+def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
+    local = local or load()
+    run_dir = local.run_dir / "bridge"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    make_certs(run_dir)
+    kubectl(local.kube, "apply", "-k", str(OVERLAY))
+    kube.wait_for("slurmgate ServiceAccount", lambda: kubectl(
+        local.kube, "get", "sa", "slurmgate", "-n", NAMESPACE, check=False).returncode == 0, 30)
+    sa_kc = run_dir / "slurmgate.kubeconfig"
+    sa_kubeconfig(local, sa_kc)
+    b = Bridge(str(run_dir), str(sa_kc), f"https://127.0.0.1:{WEBHOOK_PORT}",
+               f"http://127.0.0.1:{BINDER_PORT}")
+    b.env = {
+        "KUBECONFIG": str(sa_kc),
+        "SLURMREST_URL": local.slurm.rest_url,
+        "SLURM_JWT_FILE": str(local.slurm.token_file),
+        "SLURM_USER": "root",
+        # scontrol (node drain/resume on Slurm 22.05) reads the cluster's slurm.conf
+        "SLURM_CONF": str(local.slurm.conf),
+        "FAIL_OPEN": "true" if fail_open else "false",
+        "DEFAULT_PARTITION": "k8s",
+        "LEASE_NAMESPACE": NAMESPACE,
+        "PYTHONUNBUFFERED": "1",
+        # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
+        "BINDER_ORPHAN_GRACE": "10",
+    }
+    start_processes(b)
+    return b
+
+
+def _save(b: Bridge) -> None:
+    (Path(b.run_dir) / "bridge.json").write_text(json.dumps(asdict(b), indent=2))
+
+
+def load_bridge(run_dir: Path = DEFAULT_RUN_DIR) -> Bridge:
+    return Bridge(**json.loads((run_dir / "bridge" / "bridge.json").read_text()))
+
+
+def down(run_dir: Path = DEFAULT_RUN_DIR) -> None:
+    try:
+        b = load_bridge(run_dir)
+    except FileNotFoundError:
+        return
+    stop_processes(b)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m cluster.bridge")
+    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("--dir", type=Path, default=DEFAULT_RUN_DIR)
+    a = ap.parse_args()
+    if a.action == "up":
+        b = up(load(a.dir))
+        print(f"webhook: {b.webhook_url}  binder: {b.binder_url}  logs: {b.run_dir}/log")
+    else:
+        down(a.dir)
+
+
+if __name__ == "__main__":
+    main()

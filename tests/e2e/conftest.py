@@ -1,0 +1,156 @@
+"""Session fixtures: the real local cluster (Slurm + Kubernetes), and slurmgate deployed on it.
+
+SLURMGATE_REUSE_CLUSTER=1 keeps a cluster that `make cluster-up` started (faster iteration);
+otherwise the session starts its own and stops every daemon by PID at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from cluster import bridge as bridge_mod
+from cluster import local as local_mod
+
+T = TypeVar("T")
+RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
+REUSE = os.environ.get("SLURMGATE_REUSE_CLUSTER") == "1"
+
+
+def wait_until(what: str, fn: Callable[[], T], timeout: float = 30.0,
+               interval: float = 0.2) -> T:
+    """Poll until fn() is truthy; the deadline failure says what was awaited and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except Exception as e:  # transient API errors while polling
+            last = e
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, stdin: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
+                           text=True, capture_output=True, timeout=60)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {p.stderr.strip()}")
+        return p
+
+    def apply(self, obj: dict[str, Any], *extra: str,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("create", "-f", "-", *extra, stdin=json.dumps(obj), check=check)
+
+    def get(self, kind: str, name: str, ns: str | None = None) -> dict[str, Any]:
+        args = ["get", kind, name, "-o", "json"] + (["-n", ns] if ns else [])
+        return json.loads(self.run(*args).stdout)
+
+    def items(self, kind: str, ns: str | None = None, selector: str | None = None) -> list[dict]:
+        args = ["get", kind, "-o", "json"]
+        args += ["-n", ns] if ns else ["-A"]
+        if selector:
+            args += ["-l", selector]
+        return json.loads(self.run(*args).stdout)["items"]
+
+
+@pytest.fixture(scope="session")
+def local() -> Iterator[local_mod.Local]:
+    if REUSE:
+        yield local_mod.load(RUN_DIR)
+        return
+    lc = local_mod.up(RUN_DIR, nodes=4)
+    try:
+        yield lc
+    finally:
+        bridge_mod.down(RUN_DIR)
+        local_mod.down(RUN_DIR)
+
+
+@pytest.fixture(scope="session")
+def admin(local: local_mod.Local) -> Kubectl:
+    return Kubectl(local.kube.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def bridge(local: local_mod.Local) -> Iterator[bridge_mod.Bridge]:
+    bridge_mod.down(RUN_DIR)
+    b = bridge_mod.up(local)
+    try:
+        yield b
+    finally:
+        bridge_mod.down(RUN_DIR)
+
+
+def slurm_cli(local: local_mod.Local, *args: str) -> str:
+    """Slurm's own CLI (argument list, never a shell), to look at Slurm independently of us."""
+    env = {**os.environ, **local.slurm.env}
+    return subprocess.run(list(args), env=env, text=True, capture_output=True, check=True,
+                          timeout=30).stdout
+
+
+def squeue(local: local_mod.Local) -> list[dict[str, str]]:
+    out = slurm_cli(local, "squeue", "-h", "-o", "%i|%T|%N|%r|%k|%P")
+    rows = []
+    for line in out.splitlines():
+        i, st, nodes, reason, comment, part = line.split("|", 5)
+        rows.append({"id": i, "state": st, "nodes": nodes, "reason": reason,
+                     "comment": comment, "partition": part})
+    return rows
+
+
+@pytest.fixture
+def ns(admin: Kubectl, local: local_mod.Local) -> Iterator[str]:
+    """A fresh namespace per test; afterwards its Pods are gone and Slurm is empty again."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin.run("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        admin.run("delete", "namespace", name, "--wait=false", check=False)
+        admin.run("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
+                  check=False)
+        # Slurm empty again before the next test: the binder cancels jobs of deleted Pods;
+        # anything left (e.g. a test that stopped the binder) is cancelled here.
+        try:
+            wait_until("Slurm queue empty", lambda: not [
+                r for r in squeue(local) if r["state"] not in ("COMPLETING",)], 20)
+        except AssertionError:
+            ids = [r["id"] for r in squeue(local)]
+            if ids:
+                slurm_cli(local, "scancel", "--signal=KILL", *ids)
+        wait_until("Slurm nodes idle", lambda: all(
+            s.split()[1] in ("idle", "drain", "drng")
+            for s in slurm_cli(local, "sinfo", "-h", "-N", "-p", "k8s", "-o", "%N %t")
+            .splitlines()), 60)
+
+
+def marked_pod(name: str, memory: str = "1Gi", annotations: dict[str, str] | None = None,
+               generate: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {"slurmgate.io/scheduler": "slurm"},
+                            "annotations": annotations or {}}
+    if generate:
+        meta["generateName"] = f"{name}-"
+    else:
+        meta["name"] = name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"terminationGracePeriodSeconds": 5,
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": {"memory": memory,
+                                                                "cpu": "1"}}}]}}

@@ -1,0 +1,90 @@
+"""The admission webhook, called by the real kube-apiserver through a MutatingWebhookConfiguration
+over TLS, submitting to real Slurm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.bridge import Bridge
+from cluster.local import Local
+from slurmgate import contract
+from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, squeue, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def scontrol_job(local: Local, job_id: str) -> dict[str, str]:
+    out = slurm_cli(local, "scontrol", "show", "job", "-o", job_id)
+    fields: dict[str, str] = {}
+    for tok in out.split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            fields[k] = v
+    return fields
+
+
+def test_marked_pod_gated_with_sized_placeholder(local: Local, admin: Kubectl, bridge: Bridge,
+                                                 ns: str) -> None:
+    pod = marked_pod("web", "2Gi", {contract.A_TIME_LIMIT: "1:00:00",
+                                    contract.A_PARTITION: "k8s"}, generate=True)
+    created = json.loads(admin.apply(pod, "-n", ns, "-o", "json").stdout)
+    # what the apiserver stored at creation: gated, our scheduler, job recorded
+    assert created["spec"]["schedulingGates"] == [{"name": contract.GATE}]
+    assert created["spec"]["schedulerName"] == contract.SCHEDULER_NAME
+    ann = created["metadata"]["annotations"]
+    job_id = ann[contract.A_JOB_ID]
+    job = scontrol_job(local, job_id)
+    assert job["MinMemoryNode"] in ("2048M", "2G")
+    assert job["NumNodes"].split("-")[0] == "1"
+    assert job["Partition"] == "k8s"
+    assert job["TimeLimit"] == "01:00:00"
+    assert job["OverSubscribe"] == "NO"  # exclusive: a Node runs a job or a Pod, never both
+    (row,) = [r for r in squeue(local) if r["id"] == job_id]
+    assert row["comment"] == f"{contract.COMMENT_PREFIX}{ann[contract.A_CLAIM]} pod={ns}/web-*"
+    assert job["JobName"] == f"k8s:{ns}/web-*"
+
+
+def test_oversized_pod_refused_by_apiserver(admin: Kubectl, bridge: Bridge, ns: str,
+                                            local: Local) -> None:
+    before = len(squeue(local))
+    p = admin.apply(marked_pod("huge", "15500Mi"), "-n", ns, check=False)
+    assert p.returncode != 0
+    assert "slurmgate: memory request 15500Mi fits on no Slurm node" in p.stderr
+    assert "beside its slurmd container" in p.stderr
+    assert len(squeue(local)) == before
+
+
+def test_bad_annotation_refused_with_field(admin: Kubectl, bridge: Bridge, ns: str) -> None:
+    p = admin.apply(marked_pod("bad", annotations={contract.A_TIME_LIMIT: "soon"}), "-n", ns,
+                    check=False)
+    assert p.returncode != 0 and contract.A_TIME_LIMIT in p.stderr
+
+
+def test_unmarked_pod_untouched(admin: Kubectl, bridge: Bridge, ns: str) -> None:
+    pod = marked_pod("plain")
+    pod["metadata"]["labels"] = {"app": "plain"}
+    created = json.loads(admin.apply(pod, "-n", ns, "-o", "json").stdout)
+    assert not created["spec"].get("schedulingGates")
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+    assert not any(k.startswith(contract.DOMAIN)
+                   for k in created["metadata"].get("annotations", {}))
+
+
+def test_dry_run_submits_nothing(admin: Kubectl, bridge: Bridge, ns: str, local: Local) -> None:
+    before = squeue(local)
+    out = json.loads(admin.apply(marked_pod("dry"), "-n", ns, "--dry-run=server",
+                                 "-o", "json").stdout)
+    assert out["spec"]["schedulingGates"] == [{"name": contract.GATE}]
+    assert out["metadata"]["annotations"][contract.A_JOB_STATE] == "DryRun"
+    assert squeue(local) == before
+    assert admin.run("get", "pod", "dry", "-n", ns, check=False).returncode != 0
+
+
+def test_kubectl_get_shows_scheduling_gated(admin: Kubectl, bridge: Bridge, ns: str,
+                                            local: Local) -> None:
+    for i in range(len(local.slurm.nodes) + 1):
+        admin.apply(marked_pod(f"p{i}"), "-n", ns)
+    wait_until("one Pod SchedulingGated", lambda: "SchedulingGated" in admin.run(
+        "get", "pods", "-n", ns).stdout, 30)

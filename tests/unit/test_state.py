@@ -1,0 +1,107 @@
+"""The binder's decision table, case by case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from binder import state
+from slurmgate import contract
+from slurmgate.slurm import JobInfo
+
+NOW = 1_000_000.0
+NODES = {"n1": state.NodeRef("kwok-n1", False), "n2": state.NodeRef("kwok-n2", True)}
+
+
+def job(st: str = "PENDING", nodes: tuple[str, ...] = (), reason: str = "None",
+        preempt_time: int = 0) -> JobInfo:
+    return JobInfo(job_id=7, name="k8s:x", state=st, reason=reason, nodes=nodes,
+                   comment="slurmgate claim=c1 pod=default/p", partition="k8s",
+                   submit_time=int(NOW) - 5, start_time=0, end_time=0,
+                   preempt_time=preempt_time)
+
+
+def pod(gated: bool = True, node: str | None = None, phase: str = "Pending",
+        deleting: bool = False, **ann: str) -> dict:
+    annotations = {contract.A_CLAIM: "c1", contract.A_JOB_ID: "7",
+                   contract.A_SUBMITTED_AT: str(int(NOW) - 5)}
+    annotations.update({getattr(contract, k): v for k, v in ann.items()})
+    p: dict = {"metadata": {"name": "p", "namespace": "default", "uid": "u",
+                            "annotations": annotations},
+               "spec": {"schedulerName": contract.SCHEDULER_NAME,
+                        "schedulingGates": [{"name": contract.GATE}] if gated else []},
+               "status": {"phase": phase}}
+    if node:
+        p["spec"]["nodeName"] = node
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return p
+
+
+W = state.World(slurm_synced=True, now=NOW, node_for=NODES)
+
+
+@pytest.mark.parametrize("p,j,w,action,reason", [
+    # gated, waiting on Slurm
+    (pod(), job("PENDING", reason="Resources"), W, state.STATUS, "SlurmJobPending"),
+    (pod(A_JOB_STATE="PENDING", A_JOB_REASON="Resources"), job("PENDING", reason="Resources"),
+     W, state.NOTHING, ""),
+    # allocated: bind where Slurm chose
+    (pod(), job("RUNNING", ("n1",)), W, state.BIND, "Bound"),
+    # crash between ungate and bind: still binds
+    (pod(gated=False), job("RUNNING", ("n1",)), W, state.BIND, "Bound"),
+    # allocated on a cordoned Node: never bind there
+    (pod(), job("RUNNING", ("n2",)), W, state.RESUBMIT, "NodeCordoned"),
+    # allocated on a Slurm node without a Kubernetes Node: wait, never ungate blindly
+    (pod(), job("RUNNING", ("n9",)), W, state.WAIT, "NodeNotFound"),
+    # preempted during GraceTime while still gated: do not bind into a node being taken back
+    (pod(), job("RUNNING", ("n1",), preempt_time=5), W, state.EVICT, "SlurmJobPreempted"),
+    # job cancelled before the Pod started
+    (pod(), job("CANCELLED"), W, state.EVICT, "SlurmJobCancelled"),
+    # fail-open admission left the submit to us
+    (pod(A_JOB_ID="", A_JOB_STATE="SubmitPending"), None, W, state.SUBMIT, "SlurmJobSubmitted"),
+    # job not listed yet, fresh: wait; Slurm not synced: wait
+    (pod(), None, W, state.WAIT, ""),
+    (pod(), None, dataclasses.replace(W, slurm_synced=False), state.WAIT, ""),
+    # job gone for longer than the grace: resubmit (the Pod never ran)
+    (pod(A_SUBMITTED_AT=str(int(NOW) - 600)), None, W, state.RESUBMIT, "SlurmJobVanished"),
+    # bound and running: status only
+    (pod(False, "kwok-n1"), job("RUNNING", ("n1",)), W, state.STATUS, ""),
+    (pod(False, "kwok-n1", A_JOB_STATE="RUNNING", A_SLURM_NODE="n1"), job("RUNNING", ("n1",)),
+     W, state.NOTHING, ""),
+    # Slurm takes the node back: evict
+    (pod(False, "kwok-n1"), job("RUNNING", ("n1",), preempt_time=5), W, state.EVICT,
+     "SlurmJobPreempted"),
+    (pod(False, "kwok-n1"), job("PREEMPTED", ("n1",)), W, state.EVICT, "SlurmJobPreempted"),
+    (pod(False, "kwok-n1"), job("TIMEOUT", ("n1",)), W, state.EVICT, "SlurmJobTimeLimit"),
+    (pod(False, "kwok-n1"), job("COMPLETING", ("n1",)), W, state.EVICT, "SlurmJobEnded"),
+    (pod(False, "kwok-n1"), job("NODE_FAIL", ("n1",)), W, state.EVICT, "SlurmNodeFailed"),
+    # never evict on an ambiguous Slurm view
+    (pod(False, "kwok-n1"), None, dataclasses.replace(W, slurm_synced=False), state.NOTHING, ""),
+    (pod(False, "kwok-n1"), None, W, state.EVICT, "SlurmJobVanished"),
+    # Pod finished: free the node
+    (pod(False, "kwok-n1", phase="Succeeded"), job("RUNNING", ("n1",)), W, state.CANCEL,
+     "SlurmJobReleased"),
+    (pod(False, "kwok-n1", phase="Failed"), job("CANCELLED", ("n1",)), W, state.NOTHING, ""),
+    # deleted while gated: cancel now; deleted while bound: wait until it is gone
+    (pod(deleting=True), job("PENDING"), W, state.CANCEL, "SlurmJobReleased"),
+    (pod(False, "kwok-n1", deleting=True), job("RUNNING", ("n1",)), W, state.NOTHING, ""),
+])
+def test_decide(p: dict, j: JobInfo | None, w: state.World, action: str, reason: str) -> None:
+    d = state.decide(p, j, w)
+    assert d.action == action, d
+    assert d.reason == reason, d
+
+
+def test_bind_targets_the_mapped_node_and_records_status() -> None:
+    d = state.decide(pod(), job("RUNNING", ("n1",)), W)
+    assert d.node == "kwok-n1"
+    assert d.status[contract.A_SLURM_NODE] == "n1"
+    assert d.status[contract.A_JOB_STATE] == "RUNNING"
+
+
+def test_pending_status_carries_reason() -> None:
+    d = state.decide(pod(), job("PENDING", reason="Priority"), W)
+    assert d.status[contract.A_JOB_REASON] == "Priority"
+    assert "Priority" in d.message
