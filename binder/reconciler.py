@@ -212,8 +212,12 @@ class Binder:
                      "value": [g for g in gates if g.get("name") != contract.GATE]}]
         if not isinstance(meta.get("annotations"), dict):
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        have = meta.get("annotations") or {}
         for k, v in d.status.items():
-            ops.append({"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v})
+            if v:
+                ops.append({"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v})
+            elif k in have:  # e.g. the pending reason, gone once running
+                ops.append({"op": "remove", "path": f"/metadata/annotations/{_esc(k)}"})
         await self.kube.json_patch(path, ops)
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"],

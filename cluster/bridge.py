@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -20,13 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cluster import kube
-from cluster.local import DEFAULT_RUN_DIR, Local, kubectl, load
+from cluster.local import DEFAULT_RUN_DIR, PORT_OFFSET, Local, kubectl, load
 
 REPO = Path(__file__).resolve().parent.parent
-OVERLAY = REPO / "kustomize" / "overlays" / "local"
 NAMESPACE = "slurmgate-system"
-WEBHOOK_PORT = 9443
-BINDER_PORT = 9480
+WEBHOOK_PORT = 9443 + PORT_OFFSET
+BINDER_PORT = 9480 + PORT_OFFSET
 
 
 @dataclass
@@ -44,7 +44,12 @@ def _python() -> str:
 
 
 def make_certs(run_dir: Path) -> Path:
+    """Certs into run_dir/certs; the local overlay, with its generated caBundle patch, into a
+    copy of kustomize/ under run_dir (so clusters of one checkout never share generated/)."""
     certs = run_dir / "certs"
+    shutil.rmtree(run_dir / "kustomize", ignore_errors=True)
+    shutil.copytree(REPO / "kustomize", run_dir / "kustomize",
+                    ignore=shutil.ignore_patterns("generated"))
     subprocess.run([_python(), "-m", "certs", "webhook", "--out", str(certs),
                     "--namespace", NAMESPACE, "--service", "slurmgate-webhook",
                     "--ip", "127.0.0.1", "--ca-bundle-out", str(certs / "ca-bundle.b64")],
@@ -52,9 +57,13 @@ def make_certs(run_dir: Path) -> Path:
     subprocess.run([_python(), "-m", "certs", "webhook-patch",
                     "--ca-bundle-file", str(certs / "ca-bundle.b64"),
                     "--url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate",
-                    "--out", str(OVERLAY / "generated" / "webhook-patch.yaml")],
+                    "--out", str(overlay(run_dir) / "generated" / "webhook-patch.yaml")],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return certs
+
+
+def overlay(run_dir: Path) -> Path:
+    return run_dir / "kustomize" / "overlays" / "local"
 
 
 def sa_kubeconfig(local: Local, path: Path) -> None:
@@ -123,7 +132,7 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
     run_dir = local.run_dir / "bridge"
     run_dir.mkdir(parents=True, exist_ok=True)
     make_certs(run_dir)
-    kubectl(local.kube, "apply", "-k", str(OVERLAY))
+    kubectl(local.kube, "apply", "-k", str(overlay(run_dir)))
     kube.wait_for("slurmgate ServiceAccount", lambda: kubectl(
         local.kube, "get", "sa", "slurmgate", "-n", NAMESPACE, check=False).returncode == 0, 30)
     sa_kc = run_dir / "slurmgate.kubeconfig"

@@ -21,6 +21,8 @@ from cluster import kube, slurm
 from slurmgate import contract
 
 DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
+# Shifts every port, so a second cluster (e.g. benchmarks) can run beside the first.
+PORT_OFFSET = int(os.environ.get("SLURMGATE_PORT_OFFSET", "0"))
 SLURMD_MEMORY = "1Gi"  # what each Node keeps for its slurmd container
 SLURM_NS = "slurm-system"
 
@@ -128,8 +130,8 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
     t0 = time.monotonic()
     try:
         s = slurm.start(run_dir / "slurm", n_nodes=nodes, cpus=node_cpus,
-                        memory_mb=node_memory_mb)
-        k = kube.start(run_dir / "kube")
+                        memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET)
+        k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET)
         _register_nodes(k, s)
     except BaseException:
         down(run_dir)

@@ -1,0 +1,146 @@
+"""`make demo`: a real Slurm and a real Kubernetes control plane on this machine, slurmgate
+deployed with kubectl apply -k, and Pods landing on the Nodes that Slurm chose.
+
+    python -m cluster.demo            # brings the cluster up, runs the story, leaves it running
+    python -m cluster.demo --reuse    # on a cluster that is already up
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from cluster import bridge, local
+from cluster.kube import wait_for
+from slurmgate import contract
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+DESCRIBE_SECTIONS = ("Name:", "Namespace:", "Node:", "Status:", "Annotations:", "Events:")
+
+
+class Story:
+    def __init__(self, lc: local.Local, out: TextIO) -> None:
+        self.lc = lc
+        self.out = out
+        self.env = {**os.environ, **lc.env()}
+
+    def say(self, text: str) -> None:
+        print(f"\n\033[1m==> {text}\033[0m" if self.out.isatty() else f"\n==> {text}",
+              file=self.out, flush=True)
+
+    def show(self, *argv: str, check: bool = True) -> str:
+        print(f"$ {' '.join(argv)}", file=self.out)
+        p = subprocess.run(list(argv), env=self.env, text=True, capture_output=True)
+        text = (p.stdout + p.stderr).rstrip()
+        print(text, file=self.out, flush=True)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed: {p.stderr.strip()}")
+        return text
+
+    def kubectl(self, *args: str) -> str:
+        return subprocess.run(["kubectl", *args], env=self.env, text=True, check=True,
+                              capture_output=True).stdout
+
+    def pod(self, name: str) -> dict:
+        return json.loads(self.kubectl("get", "pod", name, "-o", "json"))
+
+    def describe(self, name: str) -> str:
+        """`kubectl describe pod`, keeping the parts that tell the Slurm story."""
+        full = self.kubectl("describe", "pod", name)
+        keep, on = [], False
+        for line in full.splitlines():
+            if line and not line[0].isspace():
+                on = line.startswith(DESCRIBE_SECTIONS)
+            if on:
+                keep.append(line)
+        text = "\n".join(keep)
+        print(f"$ kubectl describe pod {name}   (abridged)\n{text}", file=self.out, flush=True)
+        return text
+
+
+def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
+    """The demo story on a running cluster with slurmgate deployed. Returns what it saw."""
+    s = Story(lc, out)
+    seen: dict[str, str] = {}
+    s.say("Slurm's view: four nodes, all idle")
+    s.show("sinfo", "-N", "-p", "k8s")
+    s.say("Kubernetes' view: one Node per Slurm node (label slurmgate.io/slurm-node)")
+    s.show("kubectl", "get", "nodes", "-L", contract.NODE_LABEL)
+
+    s.say("An ML engineer creates an annotated Pod (examples/inference-pod.yaml)")
+    s.show("kubectl", "apply", "-f", str(EXAMPLES / "inference-pod.yaml"))
+    wait_for("inference Pod Running", lambda: s.pod("inference")["status"].get("phase")
+             == "Running", 60)
+    pod = s.pod("inference")
+    ann = pod["metadata"]["annotations"]
+    seen.update(node=pod["spec"]["nodeName"], slurm_node=ann[contract.A_SLURM_NODE],
+                job=ann[contract.A_JOB_ID])
+    s.say(f"Slurm chose {seen['slurm_node']} for job {seen['job']}; the Pod runs on "
+          f"{seen['node']}, the Node labelled {contract.NODE_LABEL}={seen['slurm_node']}")
+    s.show("kubectl", "get", "pod", "inference", "-o", "wide")
+    s.describe("inference")
+    s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
+
+    s.say("Three more Pods take the other three Nodes")
+    s.show("kubectl", "apply", "-f", str(EXAMPLES / "batch-pods.yaml"))
+    wait_for("workers Running", lambda: all(
+        s.pod(f"worker-{i}")["status"].get("phase") == "Running" for i in (1, 2, 3)), 60)
+
+    s.say("A fifth Pod: every Node is taken, so it waits, gated, with Slurm's reason")
+    s.show("kubectl", "apply", "-f", str(EXAMPLES / "waiting-pod.yaml"))
+    wait_for("pending reason on the waiting Pod", lambda: s.pod("waits-for-a-node")[
+        "metadata"]["annotations"].get(contract.A_JOB_REASON) in ("Resources", "Priority"), 30)
+    s.show("kubectl", "get", "pods", "-o", "wide")
+    seen["waiting"] = s.describe("waits-for-a-node")
+    s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
+
+    s.say("A Pod too big for any Node beside its slurmd is refused at admission")
+    seen["refusal"] = s.show("kubectl", "apply", "-f", str(EXAMPLES / "too-big-pod.yaml"),
+                             check=False)
+
+    s.say("Deleting a running Pod frees its Node; Slurm gives it to the waiting Pod")
+    freed = s.pod("worker-1")["spec"]["nodeName"]
+    s.show("kubectl", "delete", "pod", "worker-1", "--wait=false")
+    wait_for("waiting Pod bound", lambda: s.pod("waits-for-a-node")["spec"].get("nodeName")
+             == freed, 60)
+    s.show("kubectl", "get", "pods", "-o", "wide")
+    s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
+    seen["freed"] = freed
+    return seen
+
+
+def cleanup(lc: local.Local) -> None:
+    env = {**os.environ, **lc.env()}
+    for f in ("inference-pod.yaml", "batch-pods.yaml", "waiting-pod.yaml"):
+        subprocess.run(["kubectl", "delete", "-f", str(EXAMPLES / f), "--ignore-not-found",
+                        "--wait=true", "--timeout=60s"], env=env, capture_output=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m cluster.demo")
+    ap.add_argument("--reuse", action="store_true", help="use the cluster that is already up")
+    ap.add_argument("--dir", type=Path, default=local.DEFAULT_RUN_DIR)
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    print("==> Starting a local Slurm (slurmctld, 4 slurmd, slurmrestd) and a Kubernetes "
+          "control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)")
+    lc = local.load(a.dir) if a.reuse else local.up(a.dir, nodes=4)
+    print(f"    up in {time.monotonic() - t0:.1f}s")
+    print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local, then the webhook "
+          "and the binder as local processes")
+    bridge.down(a.dir)
+    bridge.up(lc)
+    run(lc)
+    print(f"\nThe cluster keeps running. Explore it with:\n  source {a.dir / 'env.sh'}\n"
+          f"  kubectl get pods -o wide; squeue; sinfo\nStop it with: make cluster-down")
+
+
+if __name__ == "__main__":
+    main()

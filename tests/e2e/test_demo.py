@@ -1,0 +1,34 @@
+"""`make demo`'s story, run against the session cluster: what a person reads must be true."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+
+from cluster import demo
+from cluster.bridge import Bridge
+from cluster.local import Local, k8s_node_name
+from tests.e2e.conftest import squeue, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def demo_cleanup(local: Local) -> Iterator[None]:
+    yield
+    demo.cleanup(local)
+    wait_until("demo jobs gone", lambda: not squeue(local), 60)
+
+
+def test_demo_story(local: Local, bridge: Bridge, demo_cleanup: None) -> None:
+    out = io.StringIO()
+    seen = demo.run(local, out)
+    text = out.getvalue()
+    assert seen["node"] == k8s_node_name(seen["slurm_node"])
+    assert "slurmgate.io/job-id:" in text and seen["job"] in text
+    assert "SchedulingGated" in text
+    assert "slurmgate.io/job-reason:" in seen["waiting"]
+    assert "fits on no Slurm node" in seen["refusal"]
+    assert "Bound" in text and "SlurmAllocated" in text
