@@ -17,7 +17,7 @@ from binder.informer import Informer
 from binder.jobs import JobTracker
 from binder.nodesync import NodeSync
 from binder.workqueue import WorkQueue
-from slurmgate import contract, podrequest
+from slurmgate import contract, faults, podrequest
 from slurmgate.kube import KubeClient, KubeError, pod_path
 from slurmgate.logs import kv
 from slurmgate.placeholder import job_spec, pod_display_name
@@ -219,6 +219,7 @@ class Binder:
             elif k in have:  # e.g. the pending reason, gone once running
                 ops.append({"op": "remove", "path": f"/metadata/annotations/{_esc(k)}"})
         await self.kube.json_patch(path, ops)
+        faults.point("binder_after_ungate")
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"],
                                 "uid": meta["uid"]},
@@ -228,6 +229,7 @@ class Binder:
         except KubeError as e:
             if e.status != 409:  # 409: already bound (a retry after a crash): done
                 raise
+        faults.point("binder_after_bind")
         seen = self.jobs.seen_running_at.get(job.job_id)
         if seen is not None:
             metrics.BIND_LATENCY.observe(time.monotonic() - seen)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, podrequest
+from slurmgate import contract, faults, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.placeholder import job_spec, pod_display_name
@@ -192,6 +192,7 @@ class Admitter:
                              warnings=tuple(warnings))
         finally:
             metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
+        faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
         annotations[contract.A_JOB_STATE] = "PENDING"
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
