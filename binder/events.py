@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import socket
@@ -19,14 +20,22 @@ def _now() -> str:
 
 
 class Recorder:
-    def __init__(self, kube: KubeClient) -> None:
+    """Events are sent in the background: a reconcile never waits for one (they were a third
+    of the API calls on the RUNNING -> bound path). One Pod's Events keep their order; at most
+    `concurrency` are in flight."""
+
+    def __init__(self, kube: KubeClient, concurrency: int = 8) -> None:
         self.kube = kube
         self.instance = socket.gethostname()
         self._last: dict[str, tuple[str, str]] = {}  # uid -> last (reason, message)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tail: dict[str, asyncio.Task[None]] = {}  # uid -> its newest pending send
 
     async def emit(self, pod: dict[str, Any], reason: str, message: str,
                    warning: bool = False, once: bool = True) -> None:
-        """`once`: skip when the same reason+message was the last one for this Pod."""
+        """`once`: skip when the same reason+message was the last one for this Pod.
+
+        Returns once the Event is queued; `flush()` waits until all are sent."""
         meta = pod["metadata"]
         uid = meta.get("uid", "")
         if once and self._last.get(uid) == (reason, message):
@@ -46,10 +55,30 @@ class Recorder:
             "reportingComponent": COMPONENT, "reportingInstance": self.instance,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        try:
-            await self.kube.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
-        except KubeError as e:  # an Event is best effort; never fail a reconcile for it
-            log.info("event not recorded", extra=kv(reason=reason, error=str(e)))
+        task = asyncio.create_task(self._send(meta["namespace"], body, self._tail.get(uid)))
+        self._tail[uid] = task
+        task.add_done_callback(lambda t: self._done(uid, t))
+
+    async def _send(self, namespace: str, body: dict[str, Any],
+                    before: asyncio.Task[None] | None) -> None:
+        if before is not None:  # the Pod's previous Event first
+            await asyncio.wait([before])
+        async with self._slots:
+            try:
+                await self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+            except Exception as e:  # an Event is best effort; never fail a reconcile for it
+                level = logging.INFO if isinstance(e, KubeError) else logging.WARNING
+                log.log(level, "event not recorded",
+                        extra=kv(reason=body["reason"], error=str(e)))
+
+    def _done(self, uid: str, task: asyncio.Task[None]) -> None:
+        if self._tail.get(uid) is task:
+            del self._tail[uid]
+
+    async def flush(self) -> None:
+        """Wait until every queued Event has been sent (or failed)."""
+        while self._tail:
+            await asyncio.wait(list(self._tail.values()))
 
     def forget(self, uid: str) -> None:
         self._last.pop(uid, None)

@@ -86,7 +86,8 @@ class JobTracker:
 
     async def poll_once(self, since: int | None) -> int | None:
         t0 = time.perf_counter()
-        jobs, update_time = await self.slurm.jobs(since)
+        # only ours are parsed: the list also holds every other job of the cluster
+        jobs, update_time = await self.slurm.jobs(since, comment_prefix=contract.COMMENT_PREFIX)
         metrics.SLURM_POLL_LATENCY.observe(time.perf_counter() - t0)
         self.healthy = True
         if jobs is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from binder import metrics, state
 from binder.events import Recorder
+from binder.gangs import GangReconciler
 from binder.informer import Informer
 from binder.jobs import JobTracker
 from binder.nodesync import NodeSync
@@ -59,28 +60,55 @@ class Binder:
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
         self.node_queue = WorkQueue()
         self.nodesync = NodeSync(self)
+        self.group_keys: dict[str, set[str]] = {}  # "ns/group" -> member Pod keys
+        self.gangs = GangReconciler(self)
 
     # --- event handlers: cheap, they only index and enqueue ---
+    def _item(self, key: str, obj: dict[str, Any] | None = None) -> tuple[str, str, str | None]:
+        """The queue item for a Pod: a gang member is reconciled with its whole group."""
+        obj = obj if obj is not None else self.pods.store.get(key)
+        ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        group = ann.get(contract.A_GROUP)
+        if group:
+            return ("group", f"{key.split('/', 1)[0]}/{group}", None)
+        return ("pod", key, ann.get(contract.A_CLAIM))
+
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new or old or {}
-        claim = ((obj.get("metadata") or {}).get("annotations") or {}).get(contract.A_CLAIM)
+        ann = (obj.get("metadata") or {}).get("annotations") or {}
+        claim = ann.get(contract.A_CLAIM)
+        group = ann.get(contract.A_GROUP)
+        if group:
+            gkey = f"{key.split('/', 1)[0]}/{group}"
+            members = self.group_keys.setdefault(gkey, set())
+            if new is None:
+                members.discard(key)
+                if not members:
+                    self.group_keys.pop(gkey, None)
+            else:
+                members.add(key)
         if new is None:
             if claim and self.key_by_claim.get(claim) == key:
                 del self.key_by_claim[claim]
+                # another member of the gang may hold the same claim
+                for other in self.group_keys.get(f"{key.split('/', 1)[0]}/{group}", ()):
+                    self.key_by_claim[claim] = other
+                    break
             self.claim_by_key.pop(key, None)
-            self.queue.add(("gone", key, claim))
+            # a gang member's job is the group's: the group reconcile decides, not "gone"
+            self.queue.add(self._item(key, old) if group else ("gone", key, claim))
             return
         if claim:
             self.key_by_claim[claim] = key
             self.claim_by_key[key] = claim
         if state.is_gated(new):
             self.jobs.kick()
-        self.queue.add(("pod", key, claim))
+        self.queue.add(self._item(key, new))
 
     def _on_job(self, claim: str, job: JobInfo | None) -> None:
         key = self.key_by_claim.get(claim)
         if key is not None:
-            self.queue.add(("pod", key, claim))
+            self.queue.add(self._item(key))
 
     def _on_node(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new or old or {}
@@ -94,8 +122,8 @@ class Binder:
             self.slurm_of[key] = slurm_name
             # Pods waiting on this node (e.g. it just appeared) get another look
             for claim, job in self.jobs.by_claim.items():
-                if job.nodes and job.nodes[0] == slurm_name and claim in self.key_by_claim:
-                    self.queue.add(("pod", self.key_by_claim[claim], claim))
+                if slurm_name in job.nodes and claim in self.key_by_claim:
+                    self.queue.add(self._item(self.key_by_claim[claim]))
         if slurm_name:
             self.node_queue.add(key)
 
@@ -105,6 +133,8 @@ class Binder:
         try:
             if kind == "gone":
                 await self._pod_gone(key, claim)
+            elif kind == "group":
+                await self.gangs.reconcile(key)
             else:
                 await self._reconcile(key)
             self.queue.forget(item)
@@ -146,7 +176,7 @@ class Binder:
             if d.reason:
                 await self.events.emit(pod, d.reason, d.message, warning=True)
             if d.requeue_after:
-                self.queue.add_after(("pod", key, ann.get(contract.A_CLAIM)), d.requeue_after)
+                self.queue.add_after(self._item(key, pod), d.requeue_after)
             return
         if d.action == state.STATUS:
             await self._set_status(pod, d.status)
@@ -200,7 +230,9 @@ class Binder:
         self.jobs.kick()
         await self.events.emit(pod, reason, f"submitted placeholder job {job_id}")
 
-    async def _bind(self, pod: dict[str, Any], job: JobInfo, d: state.Decision) -> None:
+    async def _bind(self, pod: dict[str, Any], job: JobInfo, d: state.Decision,
+                    slurm_node: str | None = None) -> None:
+        slurm_node = slurm_node or job.nodes[0]
         meta = pod["metadata"]
         path = pod_path(meta["namespace"], meta["name"])
         ops: list[dict[str, Any]] = []
@@ -234,9 +266,9 @@ class Binder:
         if seen is not None:
             metrics.BIND_LATENCY.observe(time.monotonic() - seen)
         log.info("pod bound", extra=kv(pod=f"{meta['namespace']}/{meta['name']}",
-                                       node=d.node, job=job.job_id, slurm_node=job.nodes[0]))
+                                       node=d.node, job=job.job_id, slurm_node=slurm_node))
         await self.events.emit(pod, "SlurmAllocated",
-                               f"job {job.job_id} RUNNING on Slurm node {job.nodes[0]}")
+                               f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, d.reason, d.message)
 
     async def _evict(self, pod: dict[str, Any], d: state.Decision) -> None:
@@ -257,7 +289,7 @@ class Binder:
                 raise
             since = self._evict_refused_since.setdefault(key, time.monotonic())
             if time.monotonic() - since < EVICT_GRACE:
-                self.queue.add_after(("pod", key, self.claim_by_key.get(key)), 5.0)
+                self.queue.add_after(self._item(key), 5.0)
                 await self.events.emit(pod, "EvictionRefused", f"{e.message}; retrying, "
                                        f"deleting after {EVICT_GRACE:.0f}s", warning=True)
                 return
@@ -298,7 +330,7 @@ class Binder:
             seen = self.jobs.seen_running_at.get(job.job_id)
             if job.state == "RUNNING" and seen and time.monotonic() - seen > STUCK_AFTER:
                 stuck += 1
-                self.queue.add(("pod", key, claim))
+                self.queue.add(self._item(key, pod))
         metrics.GATED.set(gated)
         metrics.STUCK.set(stuck)
         for node in list(self.nodes.store):  # few Nodes; catches drains undone behind our back
@@ -309,7 +341,7 @@ class Binder:
         await self.pods.synced.wait()
         await self.jobs.synced.wait()
         for key in list(self.pods.store):
-            self.queue.add(("pod", key, self.claim_by_key.get(key)))
+            self.queue.add(self._item(key))
 
     async def run(self) -> None:
         tasks = [asyncio.create_task(t) for t in (

@@ -25,7 +25,14 @@ A_TIME_LIMIT = f"{DOMAIN}/time-limit"  # Slurm syntax: MM, HH:MM:SS, D-HH[:MM[:S
 A_CONSTRAINT = f"{DOMAIN}/constraint"  # Slurm feature expression, e.g. "a100&ib"
 A_PRIORITY = f"{DOMAIN}/nice"  # Slurm nice value, -10000..10000 (negative needs privilege)
 
-USER_ANNOTATIONS = (A_PARTITION, A_QOS, A_ACCOUNT, A_TIME_LIMIT, A_CONSTRAINT, A_PRIORITY)
+SLURM_OPTIONS = (A_PARTITION, A_QOS, A_ACCOUNT, A_TIME_LIMIT, A_CONSTRAINT, A_PRIORITY)
+
+# --- gangs: Pods that need their Nodes all at once (one Slurm job with --nodes=N) ---
+A_GROUP = f"{DOMAIN}/group"  # group name, unique within the namespace
+A_GROUP_SIZE = f"{DOMAIN}/group-size"  # members; the job is submitted once all are there
+A_GROUP_INDEX = f"{DOMAIN}/group-index"  # rank: member i runs on the job's i-th node
+
+USER_ANNOTATIONS = (*SLURM_OPTIONS, A_GROUP, A_GROUP_SIZE, A_GROUP_INDEX)
 
 # --- annotations we write (status, for `kubectl describe pod`) ---
 A_CLAIM = f"{DOMAIN}/claim"  # token in the Slurm job's comment; matches Pods with generateName
@@ -55,6 +62,20 @@ DEFAULT_MEMORY: str | None = None
 def job_comment(claim: str, namespace: str, name: str) -> str:
     """The comment carries the claim first; the binder parses only that part."""
     return f"{COMMENT_PREFIX}{claim} pod={namespace}/{name}"
+
+
+def group_comment(claim: str, namespace: str, group: str) -> str:
+    return f"{COMMENT_PREFIX}{claim} group={namespace}/{group}"
+
+
+def group_from_comment(comment: str | None) -> str | None:
+    """`namespace/group` of a gang's job, or None."""
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return None
+    for part in comment.split(" ")[2:]:
+        if part.startswith("group="):
+            return part[len("group="):] or None
+    return None
 
 
 def claim_from_comment(comment: str | None) -> str | None:

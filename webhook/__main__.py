@@ -17,6 +17,7 @@ from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
 from webhook import metrics
 from webhook.admission import Admitter, Settings
+from webhook.lookup import OwnerLookup
 from webhook.server import CertReloader, TLSFiles, cancel, make_app, serve
 
 log = logging.getLogger("slurmgate.webhook")
@@ -44,7 +45,7 @@ async def run(a: argparse.Namespace) -> None:
     slurm = SlurmClient(s.url, Path(s.token_file), s.user)
     kube = KubeClient(load_config(a.kubeconfig), user_agent="slurmgate-webhook")
     inventory = Inventory(slurm, kube)
-    admitter = Admitter(slurm.submit, lambda: inventory.current, settings)
+    admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube))
 
     def ready() -> tuple[bool, str]:
         if inventory.current is None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, faults, podrequest
+from slurmgate import contract, faults, groups, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.placeholder import job_spec, pod_display_name
@@ -31,6 +31,10 @@ STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slu
 # A Pod copied from another may carry our status annotations: never trust them.
 STALE = (contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON, contract.A_SLURM_NODE,
          contract.A_SUBMITTED_AT)
+
+
+async def _no_lookup(path: str) -> dict[str, Any] | None:
+    return None
 
 
 class BadReview(ValueError):
@@ -78,10 +82,11 @@ def parse_review(body: Any) -> dict[str, Any]:
 
 class Admitter:
     def __init__(self, submit: Submit, nodemap: Callable[[], NodeMap | None],
-                 settings: Settings) -> None:
+                 settings: Settings, lookup: groups.Get | None = None) -> None:
         self._submit = submit
         self._nodemap = nodemap
         self.settings = settings
+        self._lookup = lookup or _no_lookup
         # apiserver retries reuse the request uid: answer them from here, so one job per Pod
         self._seen: OrderedDict[str, asyncio.Future[dict[str, Any]]] = OrderedDict()
 
@@ -142,11 +147,24 @@ class Admitter:
         gen = meta.get("generateName") or ""
         if not isinstance(name, str) or not isinstance(gen, str):
             return self._deny(uid, "InvalidObject", "metadata.name must be a string")
+        pod_orig = pod
         spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
         if spec.get("nodeName"):
             return self._deny(uid, "NodeNameSet",
                               "spec.nodeName is set: Slurm chooses the Node for this Pod; "
                               "remove spec.nodeName or the slurmgate.io/scheduler label")
+        try:
+            resolved = await groups.resolve(pod, namespace, self._lookup)
+        except podrequest.PodRequestError as e:
+            return self._deny(uid, e.reason, str(e))
+        except Exception as e:  # the API is unreachable: say so rather than guess
+            return self._deny(uid, "OwnerLookupFailed",
+                              f"could not read the Pod's owning workload: {e}")
+        extra = {k: v for k, v in resolved.owner_options.items()
+                 if k not in (meta.get("annotations") or {})}
+        if extra:  # options from the owning Job/JobSet/LWS, validated like the Pod's own
+            pod = {**pod, "metadata": {**meta, "annotations": {
+                **(meta.get("annotations") or {}), **extra}}}
         try:
             r = podrequest.from_pod(pod, self.settings.default_memory,
                                     self.settings.default_partition)
@@ -165,13 +183,32 @@ class Admitter:
             warnings.append(f"spec.schedulerName {sched!r} replaced by "
                             f"{contract.SCHEDULER_NAME!r}: Slurm places this Pod")
 
+        group = resolved.group
+        if group is not None:
+            fitting = [c for c in nodes.in_partition(r.partition)
+                       if c.memory_mib >= r.memory_mib and c.cpus >= r.cpus]
+            if group.size > len(fitting):
+                return self._deny(uid, "GroupTooLarge",
+                                  f"group {group.name!r} needs {group.size} Nodes at once; "
+                                  f"partition {r.partition or nodes.default_partition!r} has "
+                                  f"{len(fitting)} that fit one member")
+            # A gang's job is submitted by the binder once every member is there.
+            annotations = {**extra, contract.A_GROUP: group.name,
+                           contract.A_GROUP_SIZE: str(group.size),
+                           contract.A_JOB_STATE: "GroupPending"}
+            if group.index is not None:
+                annotations[contract.A_GROUP_INDEX] = str(group.index)
+            metrics.DECISIONS.labels("gated_group").inc()
+            patch = gate_pod(pod_orig, annotations, (*STALE, contract.A_CLAIM))
+            return _response(uid, True, patch=patch, warnings=tuple(warnings))
+
         claim = uuid.uuid4().hex
         display = pod_display_name(meta)
-        annotations = {contract.A_CLAIM: claim}
+        annotations = {**extra, contract.A_CLAIM: claim}
         if req.get("dryRun"):
             metrics.DECISIONS.labels("dry_run").inc()
             annotations[contract.A_JOB_STATE] = "DryRun"
-            return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
         job = job_spec(r, claim, namespace, display)
         t0 = time.perf_counter()
@@ -188,7 +225,7 @@ class Admitter:
             metrics.DECISIONS.labels("gated_submit_pending").inc()
             warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
                             "submitted when Slurm answers again")
-            return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
         finally:
             metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
@@ -200,6 +237,6 @@ class Admitter:
         log.info("placeholder job submitted",
                  extra=kv(pod=f"{namespace}/{display}", job=job_id, claim=claim,
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition))
-        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+        return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                          warnings=tuple(warnings))
 

@@ -105,6 +105,12 @@ def slurm_cli(local: local_mod.Local, *args: str) -> str:
                           timeout=30).stdout
 
 
+def scontrol_job(local: local_mod.Local, job_id: str) -> dict[str, str]:
+    """`scontrol show job -o` as a dict (values with spaces, like Comment, come out cut)."""
+    out = slurm_cli(local, "scontrol", "show", "job", "-o", job_id)
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
 def squeue(local: local_mod.Local) -> list[dict[str, str]]:
     out = slurm_cli(local, "squeue", "-h", "-o", "%i|%T|%N|%r|%k|%P")
     rows = []

@@ -10,19 +10,9 @@ import pytest
 from cluster.bridge import Bridge
 from cluster.local import Local
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, squeue, wait_until
+from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, squeue, wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-def scontrol_job(local: Local, job_id: str) -> dict[str, str]:
-    out = slurm_cli(local, "scontrol", "show", "job", "-o", job_id)
-    fields: dict[str, str] = {}
-    for tok in out.split():
-        if "=" in tok:
-            k, v = tok.split("=", 1)
-            fields[k] = v
-    return fields
 
 
 def test_marked_pod_gated_with_sized_placeholder(local: Local, admin: Kubectl, bridge: Bridge,

@@ -37,6 +37,10 @@ EXPECTED_RBAC = {
     *(("ClusterRole", "", "", "nodes", "", v) for v in ("get", "list", "watch")),
     *(("ClusterRole", "", g, "events", "", v) for g in ("", "events.k8s.io")
       for v in ("create", "patch")),
+    ("ClusterRole", "", "batch", "jobs", "", "get"),
+    ("ClusterRole", "", "jobset.x-k8s.io", "jobsets", "", "get"),
+    ("ClusterRole", "", "leaderworkerset.x-k8s.io", "leaderworkersets", "", "get"),
+    ("ClusterRole", "", "scheduling.x-k8s.io", "podgroups", "", "get"),
     ("Role", NS, "coordination.k8s.io", "leases", "", "create"),
     ("Role", NS, "coordination.k8s.io", "leases", "slurmgate-binder", "get"),
     ("Role", NS, "coordination.k8s.io", "leases", "slurmgate-binder", "update"),

@@ -1,0 +1,155 @@
+"""Which gang a Pod belongs to: our annotations, a scheduler-plugins PodGroup, a
+LeaderWorkerSet group, a JobSet, or an indexed Job (resolved through ownerReferences).
+
+The webhook resolves it once at admission and writes the result into our own annotations
+(group, group-size, group-index), so the binder reads one format only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slurmgate import contract
+from slurmgate.podrequest import PodRequestError
+
+MAX_GROUP = 512
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+Get = Callable[[str], Awaitable[dict[str, Any] | None]]  # API path -> object, None on 404
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    size: int
+    index: int | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    group: Group | None
+    owner_options: dict[str, str]  # Slurm options from the owning workload's annotations
+
+
+def _int(value: Any, field: str, lo: int, hi: int) -> int:
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise PodRequestError(field, f"must be an integer, got {str(value)[:32]!r}",
+                              "InvalidGroup") from None
+    if not lo <= n <= hi:
+        raise PodRequestError(field, f"must be between {lo} and {hi}", "InvalidGroup")
+    return n
+
+
+def _options(obj: dict[str, Any] | None) -> dict[str, str]:
+    ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in ann.items() if k in contract.SLURM_OPTIONS and isinstance(v, str)}
+
+
+def _owner(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") == kind and ref.get("controller"):
+            return ref
+    return None
+
+
+async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    ann = meta.get("annotations") or {}
+    ns = f"/namespaces/{namespace}"
+
+    # Options on the owning workload apply to its Pods (the Pod's own win).
+    job_ref = _owner(pod, "Job")
+    job = await get(f"/apis/batch/v1{ns}/jobs/{job_ref['name']}") if job_ref else None
+    owner_opts = _options(job)
+
+    if contract.A_GROUP in ann:
+        name = ann[contract.A_GROUP]
+        field = f"metadata.annotations[{contract.A_GROUP}]"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise PodRequestError(field, "must be a DNS label (lower case, digits, '-', '.')",
+                                  "InvalidGroup")
+        if contract.A_GROUP_SIZE not in ann:
+            raise PodRequestError(f"metadata.annotations[{contract.A_GROUP_SIZE}]",
+                                  "is required with slurmgate.io/group", "InvalidGroup")
+        size = _int(ann[contract.A_GROUP_SIZE],
+                    f"metadata.annotations[{contract.A_GROUP_SIZE}]", 1, MAX_GROUP)
+        index = None
+        if contract.A_GROUP_INDEX in ann:
+            index = _int(ann[contract.A_GROUP_INDEX],
+                         f"metadata.annotations[{contract.A_GROUP_INDEX}]", 0, size - 1)
+        return Resolved(Group(name, size, index, "annotation"), owner_opts)
+
+    if LWS_NAME in labels and LWS_GROUP_INDEX in labels:
+        lws = await get(f"/apis/leaderworkerset.x-k8s.io/v1{ns}/leaderworkersets/"
+                        f"{labels[LWS_NAME]}")
+        size = _int(ann.get(LWS_SIZE, ""), f"metadata.annotations[{LWS_SIZE}]", 1, MAX_GROUP)
+        index = _int(labels.get(LWS_WORKER_INDEX, "0"),
+                     f"metadata.labels[{LWS_WORKER_INDEX}]", 0, size - 1)
+        return Resolved(Group(f"lws-{labels[LWS_NAME]}-{labels[LWS_GROUP_INDEX]}", size,
+                              index, "leaderworkerset"), {**_options(lws), **owner_opts})
+
+    if JOBSET_NAME in labels:
+        js = await get(f"/apis/jobset.x-k8s.io/v1alpha2{ns}/jobsets/{labels[JOBSET_NAME]}")
+        if js is None:
+            raise PodRequestError(f"metadata.labels[{JOBSET_NAME}]",
+                                  f"JobSet {labels[JOBSET_NAME]!r} not found", "InvalidGroup")
+        size, offset = 0, None
+        for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
+            par = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
+            if rj.get("name") == labels.get(JOBSET_RJOB):
+                offset = size
+                job_index = int(labels.get(JOBSET_JOB_INDEX, "0"))
+                offset += job_index * par + int(ann.get(COMPLETION_INDEX, "0"))
+            size += (rj.get("replicas") or 1) * par
+        size = _int(size, "JobSet replicatedJobs", 1, MAX_GROUP)
+        return Resolved(Group(f"jobset-{labels[JOBSET_NAME]}", size, offset, "jobset"),
+                        {**_options(js), **owner_opts})
+
+    pg_label = next((lbl for lbl in POD_GROUP_LABELS if lbl in labels), None)
+    if pg_label:
+        pg = await get(f"/apis/scheduling.x-k8s.io/v1alpha1{ns}/podgroups/{labels[pg_label]}")
+        size_raw = ((pg or {}).get("spec") or {}).get("minMember") or ann.get(
+            contract.A_GROUP_SIZE)
+        if size_raw is None:
+            raise PodRequestError(f"metadata.labels[{pg_label}]",
+                                  "PodGroup not found and no slurmgate.io/group-size given",
+                                  "InvalidGroup")
+        size = _int(size_raw, "PodGroup spec.minMember", 1, MAX_GROUP)
+        index = None
+        if contract.A_GROUP_INDEX in ann:
+            index = _int(ann[contract.A_GROUP_INDEX],
+                         f"metadata.annotations[{contract.A_GROUP_INDEX}]", 0, size - 1)
+        return Resolved(Group(f"podgroup-{labels[pg_label]}", size, index, "podgroup"),
+                        {**_options(pg), **owner_opts})
+
+    if job is not None and COMPLETION_INDEX in ann and (job.get("spec") or {}).get(
+            "completionMode") == "Indexed":
+        spec = job["spec"]
+        par = spec.get("parallelism") or 1
+        if (spec.get("completions") or par) != par:
+            # waves of Pods (completions > parallelism) are not one allocation: each Pod alone
+            return Resolved(None, owner_opts)
+        size = _int(par, "Job spec.parallelism", 1, MAX_GROUP)
+        index = _int(ann[COMPLETION_INDEX], f"metadata.annotations[{COMPLETION_INDEX}]", 0,
+                     10**6)
+        uid = (job.get("metadata") or {}).get("uid", "")[:8]
+        return Resolved(Group(f"job-{job['metadata']['name']}-{uid}", size, index,
+                              "indexed-job"), owner_opts)
+    return Resolved(None, owner_opts)

@@ -1,0 +1,118 @@
+"""Gang decisions over a whole group."""
+
+from __future__ import annotations
+
+from binder import gang, state
+from slurmgate import contract
+from slurmgate.slurm import JobInfo
+
+NOW = 2_000_000_000.0
+NODES = {f"n{i}": state.NodeRef(f"kwok-n{i}", False) for i in range(1, 5)}
+W = state.World(slurm_synced=True, now=NOW, node_for=NODES)
+
+
+def member(i: int, claim: str | None = None, node: str | None = None, size: int = 3,
+           phase: str = "Pending", deleting: bool = False) -> dict:
+    ann = {contract.A_GROUP: "g", contract.A_GROUP_SIZE: str(size),
+           contract.A_GROUP_INDEX: str(i), contract.A_SUBMITTED_AT: str(int(NOW) - 5)}
+    if claim:
+        ann[contract.A_CLAIM] = claim
+        ann[contract.A_JOB_ID] = "9"
+    p: dict = {"metadata": {"name": f"m{i}", "namespace": "ns", "uid": f"u{i}",
+                            "annotations": ann, "creationTimestamp": "2033-05-18T03:33:00Z"},
+               "spec": {"schedulingGates": [] if node else [{"name": contract.GATE}]},
+               "status": {"phase": phase}}
+    if node:
+        p["spec"]["nodeName"] = node
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "x"
+    return p
+
+
+def job(st: str, nodes: tuple[str, ...] = (), preempt: int = 0) -> JobInfo:
+    return JobInfo(job_id=9, name="k8s:ns/group:g", state=st, reason="Resources", nodes=nodes,
+                   comment="slurmgate claim=c group=ns/g", partition="k8s",
+                   submit_time=int(NOW) - 5, start_time=0, end_time=0, preempt_time=preempt)
+
+
+def jobs(j: JobInfo | None):
+    return lambda claim: j if claim == "c" else None
+
+
+def test_incomplete_group_waits_then_complete_group_submits_in_rank_order() -> None:
+    assert gang.decide_group([member(0), member(1)], jobs(None), W).action == gang.WAIT
+    d = gang.decide_group([member(2), member(0), member(1)], jobs(None), W)
+    assert d.action == gang.SUBMIT
+    assert [m["metadata"]["name"] for m in d.members] == ["m0", "m1", "m2"]
+
+
+def test_group_incomplete_past_timeout_is_reported() -> None:
+    late = state.World(slurm_synced=True, now=NOW + 3600, node_for=NODES)
+    d = gang.decide_group([member(0)], jobs(None), late, timeout=10)
+    assert d.action == gang.WAIT and d.reason == "GroupIncomplete"
+    assert gang.decide_group([member(0)], jobs(None), W, timeout=60).reason == ""
+
+
+def test_no_member_binds_until_whole_job_allocated() -> None:
+    ms = [member(i, "c") for i in range(3)]
+    assert gang.decide_group(ms, jobs(job("PENDING")), W).action == gang.STATUS
+    d = gang.decide_group(ms, jobs(job("RUNNING", ("n3", "n1", "n4"))), W)
+    assert d.action == gang.BIND
+    # rank i -> the job's i-th node, in Slurm's order
+    assert [(m["metadata"]["name"], node, sn) for m, node, sn in d.binds] == [
+        ("m0", "kwok-n3", "n3"), ("m1", "kwok-n1", "n1"), ("m2", "kwok-n4", "n4")]
+
+
+def test_member_deleted_releases_group() -> None:
+    ms = [member(0, "c", "kwok-n1"), member(1, "c", "kwok-n2"),
+          member(2, "c", "kwok-n3", deleting=True)]
+    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
+    assert d.action == gang.RELEASE and d.reason == "GroupReleased"
+    assert {m["metadata"]["name"] for m in d.evict} == {"m0", "m1"}
+    assert d.cancel is None  # not while members still run on its nodes
+
+
+def test_released_gated_members_wait_again_and_job_cancelled() -> None:
+    ms = [member(0, "c"), member(1, "c"), member(2, "c", phase="Failed")]
+    d = gang.decide_group(ms, jobs(job("PENDING")), W)
+    assert d.action == gang.RELEASE
+    assert {m["metadata"]["name"] for m in d.clear} == {"m0", "m1"}
+    assert d.cancel is not None and d.cancel.job_id == 9
+
+
+def test_last_members_gone_job_cancelled() -> None:
+    ms = [member(2, "c", phase="Failed")]
+    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
+    assert d.action == gang.RELEASE and d.cancel is not None
+
+
+def test_preempted_group_job_evicts_every_member() -> None:
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"), preempt=5)), W)
+    assert d.action == gang.EVICT and d.reason == "SlurmJobPreempted"
+    assert len(d.evict) == 3
+
+
+def test_cordoned_node_in_allocation_sends_group_back() -> None:
+    w = state.World(slurm_synced=True, now=NOW,
+                    node_for={**NODES, "n2": state.NodeRef("kwok-n2", True)})
+    ms = [member(i, "c") for i in range(3)]
+    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), w)
+    assert d.action == gang.RELEASE and d.reason == "NodeCordoned"
+    assert d.cancel is not None and len(d.clear) == 3
+
+
+def test_all_bound_running_is_steady() -> None:
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    assert gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W).action == \
+        gang.NOTHING
+
+
+def test_members_succeeding_do_not_evict_peers_and_last_one_frees_the_job() -> None:
+    ms = [member(0, "c", "kwok-n1", phase="Succeeded"), member(1, "c", "kwok-n2"),
+          member(2, "c", "kwok-n3")]
+    j = job("RUNNING", ("n1", "n2", "n3"))
+    assert gang.decide_group(ms, jobs(j), W).action == gang.NOTHING
+    done = [member(i, "c", f"kwok-n{i + 1}", phase="Succeeded") for i in range(3)]
+    d = gang.decide_group(done, jobs(j), W)
+    assert d.action == gang.RELEASE and d.cancel is not None and not d.evict
