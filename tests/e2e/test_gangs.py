@@ -104,7 +104,7 @@ def test_preempting_group_job_evicts_every_member(local: Local, admin: Kubectl,
         admin.apply(member(f"g{i}", "pair", 2, i), "-n", ns)
     wait_until("pair bound", lambda: (ps := pods(admin, ns)) and len(ps) == 2 and all(
         p["status"].get("phase") == "Running" for p in ps.values()), 60)
-    out = slurm_cli(local, "sbatch", "--parsable", "-p", "hpc", "--exclusive",
+    out = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "hpc", "--exclusive",
                     f"-N{len(local.slurm.nodes) - 1}", "--mem=1000", "--wrap", "sleep 300")
     hpc = out.strip().split(";")[0]
     try:
