@@ -113,7 +113,8 @@ def test_slurm_preempts_placeholder_and_pod_is_evicted(local: Local, admin: Kube
     watch = NodeSharingWatch(local, admin, ns)
     watch.start()
     try:
-        out = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "hpc", "--exclusive", "-N1",
+        out = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "hpc",
+                        "--exclusive", "-N1",
                         "--mem=1000", "-J", "hpc-train", "--wrap", "sleep 300")
         hpc_id = out.strip().split(";")[0]
         wait_until("hpc job RUNNING", lambda: any(
