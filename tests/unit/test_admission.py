@@ -172,3 +172,24 @@ def test_patch_correct_for_any_starting_point(pod: dict) -> None:
     for k, v in ((pod["metadata"].get("annotations")) or {}).items():
         assert new["metadata"]["annotations"][k] == v
     assert new["spec"]["schedulerName"] == contract.SCHEDULER_NAME
+
+
+async def test_gang_member_gated_without_a_job_yet() -> None:
+    a, s = admitter()
+    pod = marked_pod(**{contract.A_GROUP: "pair", contract.A_GROUP_SIZE: "2"})
+    out = await a.review(review(pod))
+    new = applied(pod, out)
+    ann = new["metadata"]["annotations"]
+    assert new["spec"]["schedulingGates"] == [{"name": contract.GATE}]
+    assert ann[contract.A_JOB_STATE] == "GroupPending"
+    assert contract.A_JOB_ID not in ann and contract.A_CLAIM not in ann
+    assert s.specs == []  # the binder submits once the group is complete
+
+
+async def test_gang_larger_than_partition_denied() -> None:
+    a, s = admitter()  # the fake inventory has 2 nodes (s: nothing submitted)
+    out = await a.review(review(marked_pod(**{contract.A_GROUP: "big",
+                                              contract.A_GROUP_SIZE: "3"})))
+    assert out["response"]["status"]["reason"] == "GroupTooLarge"
+    assert "needs 3 Nodes" in out["response"]["status"]["message"]
+    assert s.specs == []
