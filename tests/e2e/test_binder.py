@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 from cluster import bridge as bridge_mod
+from cluster import kube
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
 from slurmgate import contract
@@ -182,3 +187,42 @@ def test_binder_sigkill_mid_flow_loses_nothing(local: Local, admin: Kubectl, bri
         if p["status"].get("phase") == "Running":
             assert p["spec"]["nodeName"] == k8s_node_name(
                 p["metadata"]["annotations"][contract.A_SLURM_NODE])
+
+
+def _binder_ready(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+        return r.read().decode()
+
+
+def test_second_replica_stands_by_and_takes_over(local: Local, admin: Kubectl, bridge: Bridge,
+                                                 ns: str) -> None:
+    port = bridge_mod.BINDER_PORT + 7
+    log = open(Path(bridge.run_dir) / "log" / "binder-2.log", "ab")
+    second = subprocess.Popen(
+        [sys.executable, "-m", "binder", f"--health-listen=127.0.0.1:{port}"],
+        env={**os.environ, **bridge.env}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until("second binder answers", lambda: _binder_ready(url), 30) == \
+            "ok standby"
+        lease = admin.get("lease", "slurmgate-binder", "slurmgate-system")
+        first_holder = lease["spec"]["holderIdentity"]
+        admin.apply(marked_pod("while-two"), "-n", ns)
+        wait_until("bound by the leader", lambda: admin.get("pod", "while-two", ns)[
+            "spec"].get("nodeName"), 30)
+        assert _binder_ready(url) == "ok standby"  # still standing by: it never acted
+        # the leader dies without releasing the Lease; the standby takes over after expiry
+        os.kill(bridge.pids["binder"], signal.SIGKILL)
+        bridge_mod.stop_processes(bridge, ("binder",))
+        wait_until("standby became leader", lambda: _binder_ready(url) == "ok leader", 40)
+        assert admin.get("lease", "slurmgate-binder", "slurmgate-system")["spec"][
+            "holderIdentity"] != first_holder
+        admin.apply(marked_pod("after-takeover"), "-n", ns)
+        wait_until("bound by the new leader", lambda: admin.get("pod", "after-takeover", ns)[
+            "spec"].get("nodeName"), 30)
+    finally:
+        kube.stop_pids({"binder-2": second.pid}, timeout=10)
+        second.wait(timeout=10)
+        bridge_mod.start_processes(bridge, ("binder",))
