@@ -178,6 +178,8 @@ class PartitionInfo:
     default: bool
     max_time_minutes: int | None
     state: str
+    # Slurm's preemption GraceTime: how long a preempted job may run on after SIGTERM
+    grace_time_seconds: int | None = None
 
 
 class SlurmError(Exception):
@@ -336,12 +338,19 @@ def parse_partition(d: Mapping[str, Any]) -> PartitionInfo:
         max_time = _opt_num(maximums.get("time"))
     state_v = part.get("state") if part else d.get("state")
     states = [s.upper() for s in _strs(state_v)]
+    if "preemption_grace_time" in d:  # v0.0.38
+        grace = _opt_num(d.get("preemption_grace_time"))
+    else:  # v0.0.40+: {"preemption": {"grace_time": {"set": ..., "number": N}}}
+        pre_v = d.get("preemption")
+        pre: Mapping[str, Any] = pre_v if isinstance(pre_v, Mapping) else {}
+        grace = _opt_num(pre.get("grace_time"))
     return PartitionInfo(
         name=_str(d.get("name")),
         nodes=nodes,
         default="DEFAULT" in flags,
         max_time_minutes=max_time,
         state=states[0] if states else "UNKNOWN",
+        grace_time_seconds=grace,
     )
 
 
@@ -656,11 +665,15 @@ class SlurmClient:
             raise SlurmError("diag: no req_time in slurmrestd's answer")
         return t
 
-    async def jobs(self, since: int | None = None) -> tuple[list[JobInfo] | None, int]:
+    async def jobs(
+        self, since: int | None = None, *, comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int]:
         """All jobs, or (None, since) when nothing changed since ``since`` (HTTP 304).
 
         The returned T is the server's own clock at (or before) the time the list was taken;
-        pass it back as ``since`` next time.
+        pass it back as ``since`` next time. ``comment_prefix``: parse and return only jobs
+        whose comment starts with it (the list is the whole cluster's; parsing every job of
+        it was most of a changed poll's cost).
         """
         base, new = await self._base()
         t_before = 0
@@ -672,7 +685,13 @@ class SlurmClient:
         )
         if status == 304 or data is None:
             return None, since if since is not None else 0
-        jobs = [parse_job(j) for j in data.get("jobs") or [] if isinstance(j, Mapping)]
+        raw = [j for j in data.get("jobs") or [] if isinstance(j, Mapping)]
+        if comment_prefix is not None:
+            raw = [
+                j for j in raw
+                if isinstance(c := j.get("comment"), str) and c.startswith(comment_prefix)
+            ]
+        jobs = [parse_job(j) for j in raw]
         if new:
             t = _num(data.get("last_update"))
             if t <= 0:  # should not happen; fall back to the server's clock, never ours

@@ -193,3 +193,18 @@ async def test_gang_larger_than_partition_denied() -> None:
     assert out["response"]["status"]["reason"] == "GroupTooLarge"
     assert "needs 3 Nodes" in out["response"]["status"]["message"]
     assert s.specs == []
+
+
+async def test_grace_period_longer_than_slurm_grace_time_warns() -> None:
+    import dataclasses
+    nm = node_map()
+    nm.partitions["k8s"] = dataclasses.replace(nm.partitions["k8s"], grace_time_seconds=20)
+    a = Admitter(FakeSubmit(), lambda: nm, Settings())  # type: ignore[arg-type]
+    long = marked_pod()
+    long["spec"]["terminationGracePeriodSeconds"] = 60
+    out = await a.review(review(long))
+    assert out["response"]["allowed"]
+    assert any("GraceTime of 20s" in w for w in out["response"]["warnings"])
+    short = marked_pod()
+    short["spec"]["terminationGracePeriodSeconds"] = 10
+    assert "warnings" not in (await a.review(review(short)))["response"]
