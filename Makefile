@@ -46,7 +46,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy slurmgate webhook binder certs
 
-test: deps lint
+test: deps lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: venv

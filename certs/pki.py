@@ -214,8 +214,8 @@ def write_key(path: str | os.PathLike[str], key: PrivateKey) -> None:
 
 def write_public_key(path: str | os.PathLike[str], key: PrivateKey | PublicKey) -> None:
     """Write the public half (e.g. kube-apiserver --service-account-key-file), mode 0644."""
-    private = isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
-    pub = key.public_key() if private else key
+    pub: PublicKey = (key.public_key()
+                      if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key)
     data = pub.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )

@@ -87,4 +87,4 @@ def claim_from_comment(comment: str | None) -> str | None:
 
 
 def is_marked(labels: dict[str, str] | None) -> bool:
-    return bool(labels) and labels.get(MARK_LABEL) == MARK_VALUE
+    return labels is not None and labels.get(MARK_LABEL) == MARK_VALUE

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from slurmgate import contract, quantity
@@ -65,8 +66,8 @@ class NodeMap:
                 continue
             req = effective_requests(p)
             mib, mcpu = kept.get(node, (0, 0))
-            kept[node] = (mib + quantity.to_mib_ceil(req.get("memory", 0)),
-                          mcpu + int(req.get("cpu", 0) * 1000))
+            kept[node] = (mib + quantity.to_mib_ceil(req.get("memory", Fraction(0))),
+                          mcpu + int(req.get("cpu", Fraction(0)) * 1000))
         out = cls(partitions={p.name: p for p in partitions})
         for sn in slurm_nodes:
             kn = by_label.get(sn.name)

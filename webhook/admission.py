@@ -148,7 +148,7 @@ class Admitter:
         if not isinstance(name, str) or not isinstance(gen, str):
             return self._deny(uid, "InvalidObject", "metadata.name must be a string")
         pod_orig = pod
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
         if spec.get("nodeName"):
             return self._deny(uid, "NodeNameSet",
                               "spec.nodeName is set: Slurm chooses the Node for this Pod; "
