@@ -316,7 +316,9 @@ class Binder:
         for claim, job in list(self.jobs.by_claim.items()):
             key = self.key_by_claim.get(claim)
             if key is None:
-                if job.state in state.ENDING - {"COMPLETING", "PREEMPTED"}:
+                # COMPLETING: already ending (usually our own KILL); cancelling again only
+                # costs slurmctld an RPC
+                if job.state in state.ENDING - {"PREEMPTED"}:
                     continue
                 # Pod never appeared (admission rejected later) or vanished while we were down
                 if job.submit_time and now - job.submit_time > self.orphan_grace:

@@ -138,6 +138,9 @@ def effective_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
     if not isinstance(spec, dict):
         raise PodRequestError("spec", "must be a map", "InvalidResources")
     total: dict[str, Fraction] = {}
+    for section in ("containers", "initContainers"):
+        if not isinstance(spec.get(section) or [], list):
+            raise PodRequestError(f"spec.{section}", "must be a list", "InvalidResources")
     for i, c in enumerate(spec.get("containers") or []):
         if not isinstance(c, dict):
             raise PodRequestError(f"spec.containers[{i}]", "must be a map", "InvalidResources")

@@ -107,3 +107,10 @@ def test_bad_input_names_the_field(p: dict, field: str, reason: str) -> None:
 def test_quantity_rejects(bad: object) -> None:
     with pytest.raises(quantity.QuantityError):
         quantity.parse(bad)
+
+
+@pytest.mark.parametrize("containers", [True, 5, "x", {"a": 1}])
+def test_containers_not_a_list(containers: object) -> None:
+    with pytest.raises(PodRequestError) as e:
+        podrequest.from_pod({"metadata": {}, "spec": {"containers": containers}})
+    assert "spec.containers" in str(e.value)
