@@ -1,0 +1,347 @@
+"""Async building blocks of the benchmarks: clients, Pod creation, a Pod watch, a Slurm poller,
+metric scrapes and cleanup. Everything talks to the real local cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import util
+from cluster.bridge import Bridge
+from cluster.local import Local
+from slurmgate import contract
+from slurmgate.kube import KubeClient, KubeError, load_config, pod_path
+from slurmgate.slurm import JobInfo, JobSpec, SlurmClient
+
+BENCH_LABEL = "slurmgate-bench"
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
+                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"})
+
+
+def pod_manifest(name: str, marked: bool, run: str) -> dict[str, Any]:
+    labels = {BENCH_LABEL: run}
+    if marked:
+        labels[contract.MARK_LABEL] = contract.MARK_VALUE
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+    }
+
+
+@dataclass
+class Created:
+    name: str
+    t_send: float
+    t_done: float
+    ok: bool
+    job_id: int | None = None
+    error: str = ""
+
+
+@dataclass
+class Env:
+    local: Local
+    bridge: Bridge
+    kube: KubeClient
+    slurm: SlurmClient
+    http: aiohttp.ClientSession
+    webhook_ssl: ssl.SSLContext
+
+    @classmethod
+    async def open(cls, local: Local, bridge: Bridge, pool: int = 128) -> Env:
+        kube = KubeClient(load_config(local.kube.kubeconfig), pool=pool, timeout=60.0,
+                          user_agent="slurmgate-bench")
+        slurm = SlurmClient(local.slurm.rest_url, local.slurm.token_file, "root",
+                            timeout=30.0, connections=64)
+        ctx = ssl.create_default_context(cafile=str(Path(bridge.run_dir) / "certs" / "ca.crt"))
+        return cls(local, bridge, kube, slurm, aiohttp.ClientSession(), ctx)
+
+    async def close(self) -> None:
+        await self.kube.close()
+        await self.slurm.close()
+        await self.http.close()
+
+    # --- metrics
+    async def apiserver_metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        async with self.kube.session.get(self.kube.config.server + "/metrics") as r:
+            return util.parse_prom(await r.text())
+
+    async def webhook_metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        async with self.http.get(f"{self.bridge.webhook_url}/metrics",
+                                 ssl=self.webhook_ssl) as r:
+            return util.parse_prom(await r.text())
+
+    async def binder_metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        async with self.http.get(f"{self.bridge.binder_url}/metrics") as r:
+            return util.parse_prom(await r.text())
+
+    def pid(self, name: str) -> int:
+        return self.bridge.pids[name]
+
+    # --- namespaces
+    async def namespace(self, name: str) -> str:
+        try:
+            await self.kube.create("/api/v1/namespaces", {
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except KubeError as e:
+            if e.status != 409:
+                raise
+        deadline = time.monotonic() + 60
+        while True:  # Pods need the default ServiceAccount (kube-controller-manager makes it)
+            try:
+                await self.kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+                return name
+            except KubeError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    # --- creation
+    async def create_pods(self, ns: str, names: list[str], marked: bool, run: str,
+                          concurrency: int) -> list[Created]:
+        out: list[Created] = []
+        it = iter(names)
+
+        async def worker() -> None:
+            for name in it:
+                t0 = time.monotonic()
+                try:
+                    pod = await self.kube.create(pod_path(ns), pod_manifest(name, marked, run))
+                except Exception as e:
+                    out.append(Created(name, t0, time.monotonic(), False, error=str(e)[:200]))
+                    continue
+                t1 = time.monotonic()
+                ann = (pod.get("metadata") or {}).get("annotations") or {}
+                jid = ann.get(contract.A_JOB_ID)
+                out.append(Created(name, t0, t1, True, int(jid) if jid else None))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return out
+
+    async def submit_jobs(self, n: int, run: str, concurrency: int) -> list[Created]:
+        """Bare Slurm floor: the same exclusive 1-node job the webhook submits, no Kubernetes."""
+        out: list[Created] = []
+        it = iter(range(n))
+
+        async def worker() -> None:
+            for i in it:
+                spec = JobSpec(name=f"bench-{run}-{i}", comment=f"bench {run} {i}",
+                               memory_mb=1000, cpus=1, nodes=1, partition="k8s")
+                t0 = time.monotonic()
+                try:
+                    jid = await self.slurm.submit(spec)
+                except Exception as e:
+                    out.append(Created(str(i), t0, time.monotonic(), False, error=str(e)[:200]))
+                    continue
+                out.append(Created(str(i), t0, time.monotonic(), True, jid))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return out
+
+    # --- cleanup
+    async def delete_pods(self, ns: str) -> None:
+        try:
+            await self.kube.request("DELETE", pod_path(ns), params={"gracePeriodSeconds": "0"})
+        except KubeError as e:
+            if e.status != 404:
+                raise
+
+    async def wait_no_pods(self, ns: str, limit: float = 300) -> None:
+        deadline = time.monotonic() + limit
+        while True:
+            items, _ = await self.kube.list(pod_path(ns))
+            if not items:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(items)} Pods still in {ns}")
+            await asyncio.sleep(0.5)
+
+    async def cancel_jobs(self, job_ids: list[int], concurrency: int = 32) -> None:
+        it = iter(job_ids)
+
+        async def worker() -> None:
+            for j in it:
+                for attempt in range(3):  # an overloaded slurmctld times out; try again
+                    try:
+                        await self.slurm.cancel(j, "KILL")
+                        break
+                    except Exception:
+                        await asyncio.sleep(1.0 + attempt)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    async def wait_slurm_idle(self, limit: float = 600) -> float:
+        """Until no job is active and every node of k8s is idle again; returns seconds."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                jobs, _ = await self.slurm.jobs(None)
+                nodes = await self.slurm.nodes()
+            except Exception:  # slurmctld busy: look again
+                await asyncio.sleep(1.0)
+                continue
+            active = [j for j in jobs or [] if j.state not in ENDED]
+            busy = [n for n in nodes if n.state != "IDLE" or "COMPLETING" in n.flags]
+            if not active and not busy:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > limit:
+                raise TimeoutError(f"Slurm not idle: {len(active)} active jobs, "
+                                   f"{len(busy)} busy nodes")
+            await asyncio.sleep(1.0)
+
+
+@dataclass
+class PodWatch:
+    """Watch one namespace; remember when each Pod was first seen bound and ungated."""
+    kube: KubeClient
+    ns: str
+    bound_at: dict[str, float] = field(default_factory=dict)
+    node_of: dict[str, str] = field(default_factory=dict)
+    ungated_at: dict[str, float] = field(default_factory=dict)
+    on_bound: Callable[[str], None] | None = None
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        _, rv = await self.kube.list(pod_path(self.ns), limit=1)
+        self._task = asyncio.create_task(self._run(rv))
+
+    async def _run(self, rv: str) -> None:
+        while True:
+            try:
+                async for kind, obj in self.kube.watch(pod_path(self.ns), rv):
+                    now = time.monotonic()
+                    meta = obj.get("metadata") or {}
+                    rv = meta.get("resourceVersion") or rv
+                    if kind not in ("ADDED", "MODIFIED"):
+                        continue
+                    name = meta.get("name", "")
+                    spec = obj.get("spec") or {}
+                    gates = spec.get("schedulingGates") or []
+                    if not any(g.get("name") == contract.GATE for g in gates):
+                        self.ungated_at.setdefault(name, now)
+                    node = spec.get("nodeName")
+                    if node and name not in self.bound_at:
+                        self.bound_at[name] = now
+                        self.node_of[name] = node
+                        if self.on_bound:
+                            self.on_bound(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.2)
+
+    async def wait_bound(self, names: set[str], limit: float,
+                         progress: Callable[[int], None] | None = None) -> bool:
+        deadline = time.monotonic() + limit
+        last = -1
+        while True:
+            n = len(names & self.bound_at.keys())
+            if progress and n != last:
+                progress(n)
+                last = n
+            if n >= len(names):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+@dataclass
+class JobPoller:
+    """Our own view of Slurm, polled like the binder does (update_time, 0.1 s): when each job
+    was first seen RUNNING."""
+    slurm: SlurmClient
+    interval: float = 0.1
+    running_at: dict[int, float] = field(default_factory=dict)
+    polls: int = 0
+    poll_seconds: list[float] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        since: int | None = None
+        while True:
+            t0 = time.monotonic()
+            try:
+                jobs, t = await self.slurm.jobs(since)
+                self.polls += 1
+                self.poll_seconds.append(time.monotonic() - t0)
+                now = time.monotonic()
+                for j in jobs or []:
+                    self._see(j, now)
+                since = max(0, t - 1) if t else None
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                since = None
+            await asyncio.sleep(self.interval)
+
+    def _see(self, j: JobInfo, now: float) -> None:
+        if j.state == "RUNNING" and j.job_id not in self.running_at:
+            self.running_at[j.job_id] = now
+
+    async def wait_running(self, ids: set[int], limit: float) -> bool:
+        deadline = time.monotonic() + limit
+        while len(ids & self.running_at.keys()) < len(ids):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+class ProcSampler:
+    """Peak RSS of some processes while a phase runs."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.5) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.peak: dict[str, float] = dict.fromkeys(pids, 0.0)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            for k, p in self.pids.items():
+                try:
+                    self.peak[k] = max(self.peak[k], util.rss_mib(p))
+                except OSError:
+                    pass
+            await asyncio.sleep(self.interval)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass

@@ -1,0 +1,151 @@
+"""Small helpers for the benchmarks: percentiles, /proc readers, Prometheus text parsing."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
+    return s[k]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95),
+            "p99": pct(values, 99), "max": max(values) if values else math.nan}
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    f = data[data.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def pss_mib(pid: int) -> float:
+    """Proportional set size (shared pages split between sharers): fair for many slurmd."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def total_rss(pids: Iterable[int]) -> tuple[float, float]:
+    """(sum RSS MiB, sum PSS MiB) of the live pids."""
+    rss = pss = 0.0
+    for p in pids:
+        try:
+            rss += rss_mib(p)
+            pss += pss_mib(p)
+        except OSError:
+            pass
+    return rss, pss
+
+
+def mem_available_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prom(text: str) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        try:
+            out.append((m.group(1), labels, float(m.group(3))))
+        except ValueError:
+            continue
+    return out
+
+
+def prom_sum(samples: list[tuple[str, dict[str, str], float]], metric: str, /,
+             **match: str) -> float:
+    return sum(v for n, lab, v in samples
+               if n == metric and all(lab.get(k) == want for k, want in match.items()))
+
+
+def histogram(samples: list[tuple[str, dict[str, str], float]], metric: str, /,
+              **match: str) -> dict[float, float]:
+    """Cumulative bucket counts {le: count}, summed over series that match."""
+    out: dict[float, float] = {}
+    for n, lab, v in samples:
+        if n != f"{metric}_bucket" or not all(lab.get(k) == w for k, w in match.items()):
+            continue
+        le = math.inf if lab["le"] == "+Inf" else float(lab["le"])
+        out[le] = out.get(le, 0.0) + v
+    return out
+
+
+def hist_delta(after: dict[float, float], before: dict[float, float]) -> dict[float, float]:
+    return {le: c - before.get(le, 0.0) for le, c in after.items()}
+
+
+def hist_quantile(h: dict[float, float], q: float) -> float:
+    """Prometheus histogram_quantile (linear interpolation inside the bucket)."""
+    if not h:
+        return math.nan
+    les = sorted(h)
+    total = h[les[-1]]
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    for le in les:
+        c = h[le]
+        if c >= rank:
+            if le == math.inf:
+                return prev_le
+            if c == prev_c:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+        prev_le, prev_c = le, c
+    return les[-2] if len(les) > 1 else math.nan
+
+
+def hist_count(h: dict[float, float]) -> float:
+    return h.get(math.inf, 0.0)
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __call__(self) -> float:
+        return time.monotonic() - self.t0
