@@ -25,6 +25,19 @@ SLOW_POLL = 1.0  # nothing in flight
 FULL_RESYNC = 60.0  # a periodic full list guards against missed same-second updates
 
 
+def _preferred(a: JobInfo, b: JobInfo) -> bool:
+    """Which of two jobs with one claim speaks for the Pod: a live one over an ended one
+    (an ended one only if it is newer, e.g. after a resubmit), RUNNING over waiting, then the
+    older one (the one Slurm queued first)."""
+    if a.active != b.active:
+        return a.active
+    if not a.active:
+        return a.job_id > b.job_id
+    if (a.state == "RUNNING") != (b.state == "RUNNING"):
+        return a.state == "RUNNING"
+    return a.job_id < b.job_id
+
+
 def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
     return (j.state, j.reason, j.nodes, j.preempted)
 
@@ -39,6 +52,7 @@ class JobTracker:
         self.healthy = False
         self.seen_running_at: dict[int, float] = {}  # job id -> when we first saw RUNNING
         self.busy_until = 0.0
+        self.duplicates: list[JobInfo] = []  # live jobs that lost to another of their claim
         self._errors = 0
 
     def get(self, claim: str | None) -> JobInfo | None:
@@ -50,14 +64,22 @@ class JobTracker:
 
     def _apply(self, jobs: list[JobInfo]) -> None:
         fresh: dict[str, JobInfo] = {}
+        duplicates: list[JobInfo] = []
         for j in jobs:
             claim = contract.claim_from_comment(j.comment)
             if claim is None:
                 continue
             prev = fresh.get(claim)
-            # one claim, several jobs (a resubmit): the newest one speaks for the Pod
-            if prev is None or j.job_id > prev.job_id:
+            if prev is None:
                 fresh[claim] = j
+                continue
+            keep, drop = (j, prev) if _preferred(j, prev) else (prev, j)
+            fresh[claim] = keep
+            if drop.active:
+                duplicates.append(drop)
+        # Several live jobs for one claim happen when a submit timed out at admission but
+        # slurmrestd still ran it, and the binder submitted again: one of them must go.
+        self.duplicates = duplicates
         old = self.by_claim
         self.by_claim = fresh
         now = time.monotonic()

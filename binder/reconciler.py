@@ -259,8 +259,18 @@ class Binder:
         try:
             await self.kube.create(pod_path(meta["namespace"], meta["name"], "binding"), binding)
         except KubeError as e:
-            if e.status != 409:  # 409: already bound (a retry after a crash): done
+            if e.status != 409:
                 raise
+            return  # already bound (our cache lagged, or a retry after a crash): nothing new
+        # Assume the binding in our cache until the watch delivers it, so that a reconcile in
+        # between does not decide to bind again.
+        key = f"{meta['namespace']}/{meta['name']}"
+        cached = self.pods.store.get(key)
+        if cached is not None and cached["metadata"].get("uid") == meta["uid"]:
+            self.pods.store[key] = {**cached, "spec": {
+                **cached["spec"], "nodeName": d.node,
+                "schedulingGates": [g for g in cached["spec"].get("schedulingGates") or []
+                                    if g.get("name") != contract.GATE]}}
         faults.point("binder_after_bind")
         seen = self.jobs.seen_running_at.get(job.job_id)
         if seen is not None:
@@ -311,6 +321,10 @@ class Binder:
     async def _sweep_once(self) -> None:
         if not (self.pods.synced.is_set() and self.jobs.synced.is_set()):
             return
+        for dup in self.jobs.duplicates:
+            await self._cancel(dup, "duplicate")
+            log.info("duplicate job of a claim cancelled", extra=kv(job=dup.job_id))
+        self.jobs.duplicates = []
         now = time.time()
         gated = stuck = 0
         for claim, job in list(self.jobs.by_claim.items()):

@@ -91,11 +91,13 @@ def _ready(url: str, cafile: str | None) -> bool:
         return r.status == 200 and (b"standby" not in r.read())
 
 
-def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder")) -> None:
+def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
+                    extra_env: dict[str, str] | None = None) -> None:
+    """Start the processes; `extra_env` (e.g. a crash point) applies to this start only."""
     run_dir = Path(b.run_dir)
     log_dir = run_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **b.env}
+    env = {**os.environ, **b.env, **(extra_env or {})}
     for name in which:
         module = "webhook" if name == "webhook" else "binder"
         args = [_python(), "-m", module]

@@ -272,3 +272,54 @@ def stop(run_dir: Path) -> None:
     # reverse start order: kwok, scheduler, kcm, apiserver, etcd
     stop_pids(dict(reversed(list(kc.pids.items()))))
     (run_dir / "kube.json").unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- fault injection
+
+
+def _argv_file(run_dir: Path, name: str) -> Path:
+    return Path(run_dir) / f"argv-{name}.json"
+
+
+def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
+    """SIGKILL one control-plane daemon by its recorded PID (its command line is kept first,
+    so start_daemon() can start it again with the same flags and data dir)."""
+    kc = load(Path(run_dir))
+    pid = kc.pids[name]
+    if _alive(pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        _argv_file(run_dir, name).write_text(json.dumps([a.decode() for a in argv]))
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} (pid {pid}) survived SIGKILL for {timeout:.0f}s")
+        time.sleep(0.05)
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def start_daemon(run_dir: Path, name: str, timeout: float = 120.0) -> int:
+    """Start a daemon killed by kill_daemon() again, same argv; wait for kube-apiserver's
+    /readyz when it is the apiserver. Records the new PID in kube.json and returns it."""
+    run_dir = Path(run_dir)
+    kc = load(run_dir)
+    argv = json.loads(_argv_file(run_dir, name).read_text())
+    pid = _spawn(name, argv, run_dir / "log")
+    kc.pids[name] = pid
+    _save(kc)
+    if name == "kube-apiserver":
+        pki_dir = Path(kc.ca_file).parent
+        wait_for("kube-apiserver restarted", lambda: _https_ok(f"{kc.server}/readyz", pki_dir),
+                 timeout, pid, run_dir / "log" / f"{name}.log")
+    return pid
+
+
+def restart_daemon(run_dir: Path, name: str, down_for: float = 0.0) -> int:
+    """kill_daemon, stay down `down_for` seconds, start_daemon. Returns the new PID."""
+    kill_daemon(run_dir, name)
+    if down_for > 0:
+        time.sleep(down_for)
+    return start_daemon(run_dir, name)

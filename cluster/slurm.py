@@ -700,3 +700,69 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ----------------------------------------------------------------------------- fault injection
+
+
+def _daemon_argv(c: SlurmCluster, name: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment `start()` uses for a daemon, minus one-time flags."""
+    denv = {**os.environ, "SLURM_CONF": str(c.conf), MARKER_ENV: str(c.run_dir)}
+    denv.pop("SLURM_JWT", None)
+    if name == "slurmctld":
+        # no -c: a restart must recover the saved job state, not clear it
+        return ["slurmctld", "-D", "-f", str(c.conf), "-i"], denv
+    if name == "slurmrestd":
+        port = c.rest_url.rsplit(":", 1)[1]
+        return ([
+            "slurmrestd", "-f", str(c.conf), "-a", "rest_auth/jwt", "-u", REST_USER,
+            "-g", REST_USER, "-s", OPENAPI_PLUGINS, f"127.0.0.1:{port}",
+        ], {**denv, "SLURM_JWT": "daemon"})
+    raise ValueError(f"cannot restart {name!r} (supported: slurmctld, slurmrestd)")
+
+
+def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
+    """SIGKILL one daemon of the cluster by its recorded PID and wait until it is gone."""
+    run_dir = Path(run_dir).resolve()
+    c = load(run_dir)
+    pid = c.pids.get(name, 0)
+    if pid > 1 and _alive(pid) and _environ(pid).get(MARKER_ENV) == str(run_dir):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while pid > 1 and _alive(pid):
+        _reap(pid)
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} (pid {pid}) survived SIGKILL for {timeout:.0f}s")
+        time.sleep(0.05)
+    _reap(pid)
+
+
+def _daemon_ready(c: SlurmCluster, name: str, env: dict[str, str]) -> bool:
+    if name == "slurmctld":
+        p = _run(["scontrol", "ping"], env)
+        return p.returncode == 0 and " is UP" in p.stdout
+    hdrs = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": c.token()}
+    return _http_status(f"{c.rest_url}/slurm/v0.0.38/ping", hdrs) == 200
+
+
+def start_daemon(run_dir: Path, name: str, timeout: float = 60.0) -> int:
+    """Start slurmctld or slurmrestd again with the flags `start()` used (slurmctld keeps its
+    saved state); wait until it answers; record the new PID in cluster.json. Returns the PID."""
+    run_dir = Path(run_dir).resolve()
+    c = load(run_dir)
+    argv, env = _daemon_argv(c, name)
+    proc = _spawn(run_dir, name, argv, env)
+    c.pids[name] = proc.pid
+    (run_dir / "cluster.json").write_text(c.to_json())
+    logs = [run_dir / "log" / f"{name}.out", run_dir / "log" / "ctld.log"]
+    _wait_until(f"{name} restarted", lambda: _daemon_ready(c, name, env), timeout, logs,
+                pid_alive=lambda: proc.poll() is None)
+    return proc.pid
+
+
+def restart_daemon(run_dir: Path, name: str, down_for: float = 0.0) -> int:
+    """kill_daemon, stay down for `down_for` seconds, start_daemon. Returns the new PID."""
+    kill_daemon(run_dir, name)
+    if down_for > 0:
+        time.sleep(down_for)
+    return start_daemon(run_dir, name)

@@ -79,6 +79,11 @@ async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
     job = await get(f"/apis/batch/v1{ns}/jobs/{job_ref['name']}") if job_ref else None
     owner_opts = _options(job)
 
+    for key, hi in ((contract.A_GROUP_SIZE, MAX_GROUP), (contract.A_GROUP_INDEX, MAX_GROUP - 1)):
+        if key in ann:
+            _int(ann[key], f"metadata.annotations[{key}]", 0 if key == contract.A_GROUP_INDEX
+                 else 1, hi)
+
     if contract.A_GROUP in ann:
         name = ann[contract.A_GROUP]
         field = f"metadata.annotations[{contract.A_GROUP}]"

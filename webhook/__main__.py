@@ -48,7 +48,8 @@ async def run(a: argparse.Namespace) -> None:
     admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube))
 
     def ready() -> tuple[bool, str]:
-        if inventory.current is None:
+        # fail-open admits gated Pods even without an inventory, so it is ready regardless
+        if inventory.current is None and not settings.fail_open:
             return False, "node inventory not loaded (Slurm or Kubernetes unreachable)"
         return True, ""
 

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -17,7 +18,7 @@ from slurmgate import contract, faults, groups, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.placeholder import job_spec, pod_display_name
-from slurmgate.slurm import JobSpec, SlurmError
+from slurmgate.slurm import JobSpec, SlurmError, SlurmUnavailable
 from webhook import metrics
 from webhook.patch import gate_pod
 from webhook.validate import check_fit
@@ -27,6 +28,8 @@ log = logging.getLogger("slurmgate.webhook")
 API_VERSION = "admission.k8s.io/v1"
 STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slurm is back
 
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 # A Pod copied from another may carry our status annotations: never trust them.
 STALE = (contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON, contract.A_SLURM_NODE,
@@ -147,6 +150,11 @@ class Admitter:
         gen = meta.get("generateName") or ""
         if not isinstance(name, str) or not isinstance(gen, str):
             return self._deny(uid, "InvalidObject", "metadata.name must be a string")
+        # the apiserver validates names after admission; ours go into the job's name
+        if (name and not _DNS_SUBDOMAIN.match(name)) or (gen and not _DNS_SUBDOMAIN.match(
+                gen.rstrip("-") or "x")):
+            return self._deny(uid, "InvalidObject", "metadata.name/generateName must be a "
+                              "DNS subdomain (lower case letters, digits, '-', '.')")
         pod_orig = pod
         spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
         if spec.get("nodeName"):
@@ -171,13 +179,19 @@ class Admitter:
         except podrequest.PodRequestError as e:
             return self._deny(uid, e.reason, str(e))
         nodes = self._nodemap()
+        warnings: list[str] = []
         if nodes is None:
-            return self._deny(uid, "InventoryUnavailable",
-                              "the Slurm node inventory is not loaded yet; retry shortly")
-        verdict = check_fit(r, nodes)
-        if not verdict.allowed:
-            return self._deny(uid, verdict.reason, verdict.message, verdict.warnings)
-        warnings = list(verdict.warnings)
+            if not self.settings.fail_open:
+                return self._deny(uid, "InventoryUnavailable",
+                                  "the Slurm node inventory is not loaded (Slurm unreachable "
+                                  "since this webhook started?); retry shortly")
+            warnings.append("Slurm's node inventory is not loaded: the Pod is admitted gated "
+                            "without the fit check; its job is submitted when Slurm answers")
+        else:
+            verdict = check_fit(r, nodes)
+            if not verdict.allowed:
+                return self._deny(uid, verdict.reason, verdict.message, verdict.warnings)
+            warnings += verdict.warnings
         sched = spec.get("schedulerName")
         if sched and sched not in ("default-scheduler", contract.SCHEDULER_NAME):
             warnings.append(f"spec.schedulerName {sched!r} replaced by "
@@ -186,8 +200,8 @@ class Admitter:
         group = resolved.group
         if group is not None:
             fitting = [c for c in nodes.in_partition(r.partition)
-                       if c.memory_mib >= r.memory_mib and c.cpus >= r.cpus]
-            if group.size > len(fitting):
+                       if c.memory_mib >= r.memory_mib and c.cpus >= r.cpus] if nodes else []
+            if nodes is not None and group.size > len(fitting):
                 return self._deny(uid, "GroupTooLarge",
                                   f"group {group.name!r} needs {group.size} Nodes at once; "
                                   f"partition {r.partition or nodes.default_partition!r} has "
@@ -210,6 +224,11 @@ class Admitter:
             annotations[contract.A_JOB_STATE] = "DryRun"
             return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
+        if nodes is None:  # fail-open without an inventory: never submit unvalidated
+            annotations[contract.A_JOB_STATE] = STATE_SUBMIT_PENDING
+            metrics.DECISIONS.labels("gated_submit_pending").inc()
+            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
+                             warnings=tuple(warnings))
         job = job_spec(r, claim, namespace, display)
         t0 = time.perf_counter()
         try:
@@ -219,6 +238,8 @@ class Admitter:
             log.warning("slurm submit failed", extra=kv(pod=f"{namespace}/{display}",
                                                          error=str(e)))
             if not self.settings.fail_open:
+                if isinstance(e, SlurmUnavailable):
+                    return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
                 return self._deny(uid, "SlurmSubmitFailed", f"Slurm refused the job: {e}")
             annotations[contract.A_JOB_STATE] = STATE_SUBMIT_PENDING
             annotations[contract.A_JOB_REASON] = str(e)[:200]

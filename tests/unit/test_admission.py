@@ -208,3 +208,40 @@ async def test_grace_period_longer_than_slurm_grace_time_warns() -> None:
     short = marked_pod()
     short["spec"]["terminationGracePeriodSeconds"] = 10
     assert "warnings" not in (await a.review(review(short)))["response"]
+
+
+async def test_no_inventory_fail_open_gates_without_submitting() -> None:
+    s = FakeSubmit()
+    a = Admitter(s, lambda: None, Settings(fail_open=True))  # type: ignore[arg-type]
+    out = await a.review(review(marked_pod()))
+    assert out["response"]["allowed"] is True
+    new = applied(marked_pod(), out)
+    assert new["metadata"]["annotations"][contract.A_JOB_STATE] == "SubmitPending"
+    assert s.specs == []
+    closed = Admitter(s, lambda: None, Settings())  # type: ignore[arg-type]
+    out = await closed.review(review(marked_pod()))
+    assert out["response"]["status"]["reason"] == "InventoryUnavailable"
+
+
+async def test_slurm_unreachable_is_not_called_a_refusal() -> None:
+    from slurmgate.slurm import SlurmUnavailable
+
+    class Down(FakeSubmit):
+        async def __call__(self, spec):  # type: ignore[no-untyped-def]
+            raise SlurmUnavailable("slurmrestd did not answer within 5.0s")
+
+    nm = node_map()
+    a = Admitter(Down(), lambda: nm, Settings())  # type: ignore[arg-type]
+    out = await a.review(review(marked_pod()))
+    assert out["response"]["status"]["reason"] == "SlurmUnavailable"
+    assert "unreachable" in out["response"]["status"]["message"]
+    assert "refused" not in out["response"]["status"]["message"]
+
+
+@pytest.mark.parametrize("ann", [{contract.A_GROUP_SIZE: "\x07"},
+                                 {contract.A_GROUP_INDEX: "-1"}])
+async def test_group_fields_validated_even_without_group(ann: dict) -> None:
+    a, s = admitter()
+    out = await a.review(review(marked_pod(**ann)))
+    assert out["response"]["allowed"] is False and s.specs == []
+    assert next(iter(ann)) in out["response"]["status"]["message"]

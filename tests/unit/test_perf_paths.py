@@ -63,3 +63,22 @@ async def test_events_do_not_block_and_keep_per_pod_order() -> None:
     kube.release.set()
     await r.flush()
     assert kube.created == ["Other", "Slow", "Second"]
+
+
+def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
+    from binder.jobs import JobTracker
+    from slurmgate.slurm import JobInfo
+
+    def j(i: int, st: str) -> JobInfo:
+        return JobInfo(job_id=i, name="x", state=st, reason="None", nodes=(),
+                       comment="slurmgate claim=c pod=ns/p", partition="k8s", submit_time=1,
+                       start_time=0, end_time=0)
+
+    seen: list[tuple[str, object]] = []
+    t = JobTracker(None, lambda c, job: seen.append((c, job)))  # type: ignore[arg-type]
+    t._apply([j(28, "RUNNING"), j(29, "PENDING")])  # the timed-out submit ran after all
+    assert t.by_claim["c"].job_id == 28 and [d.job_id for d in t.duplicates] == [29]
+    t._apply([j(28, "PENDING"), j(29, "PENDING")])
+    assert t.by_claim["c"].job_id == 28 and [d.job_id for d in t.duplicates] == [29]
+    t._apply([j(28, "CANCELLED"), j(31, "PENDING")])  # a resubmit after the end: newest
+    assert t.by_claim["c"].job_id == 31 and t.duplicates == []
