@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
@@ -26,7 +27,8 @@ from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
 
 log = logging.getLogger("slurmgate.binder")
 
-EVICT_GRACE = 60.0  # eviction refused (PDB) this long -> delete
+# eviction refused (PodDisruptionBudget) this long -> delete: Slurm has taken the node back
+EVICT_GRACE = float(os.environ.get("BINDER_EVICT_GRACE", "60"))
 ORPHAN_GRACE = 60.0  # a job whose claim no Pod carries, older than this, is cancelled
 STUCK_AFTER = 30.0
 

@@ -154,6 +154,7 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "PYTHONUNBUFFERED": "1",
         # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
         "BINDER_ORPHAN_GRACE": "10",
+        "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
     }
     start_processes(b)
     return b

@@ -226,3 +226,27 @@ def test_second_replica_stands_by_and_takes_over(local: Local, admin: Kubectl, b
         kube.stop_pids({"binder-2": second.pid}, timeout=10)
         second.wait(timeout=10)
         bridge_mod.start_processes(bridge, ("binder",))
+
+
+def test_eviction_refused_by_pdb_then_deleted(local: Local, admin: Kubectl, bridge: Bridge,
+                                              ns: str) -> None:
+    pod = marked_pod("guarded")
+    pod["metadata"]["labels"]["app"] = "guarded"
+    admin.apply(pod, "-n", ns)
+    admin.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": "guard"},
+                 "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}},
+                "-n", ns)
+    running = wait_until("guarded Pod Running", lambda: (p := admin.get("pod", "guarded", ns))[
+        "status"].get("phase") == "Running" and p, 30)
+    job_id = running["metadata"]["annotations"][contract.A_JOB_ID]
+    wait_until("PDB sees the Pod", lambda: admin.get("pdb", "guard", ns).get("status", {}).get(
+        "currentHealthy") == 1, 30)
+    slurm_cli(local, "scancel", job_id)  # Slurm takes the node back
+    wait_until("EvictionRefused Event", lambda: "EvictionRefused" in events(admin, ns, "guarded"),
+               30)
+    # refused for longer than BINDER_EVICT_GRACE (8 s here): the Pod is deleted anyway
+    wait_until("guarded Pod deleted", lambda: admin.run(
+        "get", "pod", "guarded", "-n", ns, check=False).returncode != 0, 60)
+    reasons = events(admin, ns, "guarded")
+    assert "SlurmJobCancelled" in reasons and "Evicted" in reasons
