@@ -4,6 +4,7 @@ metric scrapes and cleanup. Everything talks to the real local cluster."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Callable
@@ -200,6 +201,14 @@ class Env:
             await asyncio.sleep(1.0)
 
 
+async def cancel_task(task: asyncio.Task[None] | None) -> None:
+    """Stop a background sampler/watcher task and wait until it has ended."""
+    if task:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 @dataclass
 class PodWatch:
     """Watch one namespace; remember when each Pod was first seen bound and ungated."""
@@ -256,12 +265,7 @@ class PodWatch:
             await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_task(self._task)
 
 
 @dataclass
@@ -309,12 +313,7 @@ class JobPoller:
         return True
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_task(self._task)
 
 
 class ProcSampler:
@@ -339,9 +338,4 @@ class ProcSampler:
             await asyncio.sleep(self.interval)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_task(self._task)
