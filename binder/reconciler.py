@@ -7,6 +7,7 @@ rebuilt from watches and polls after a restart.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 import time
@@ -31,6 +32,16 @@ log = logging.getLogger("slurmgate.binder")
 EVICT_GRACE = float(os.environ.get("BINDER_EVICT_GRACE", "60"))
 ORPHAN_GRACE = 60.0  # a job whose claim no Pod carries, older than this, is cancelled
 STUCK_AFTER = 30.0
+
+
+def _parse_ts(ts: object) -> float | None:
+    """RFC 3339 seconds (creationTimestamp) -> unix time."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        return dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def _esc(key: str) -> str:
@@ -277,6 +288,9 @@ class Binder:
         seen = self.jobs.seen_running_at.get(job.job_id)
         if seen is not None:
             metrics.BIND_LATENCY.observe(time.monotonic() - seen)
+        created = _parse_ts(meta.get("creationTimestamp"))
+        if created is not None:
+            metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
         log.info("pod bound", extra=kv(pod=f"{meta['namespace']}/{meta['name']}",
                                        node=d.node, job=job.job_id, slurm_node=slurm_node))
         await self.events.emit(pod, "SlurmAllocated",

@@ -55,6 +55,12 @@ def test_pod_bound_where_slurm_allocated(local: Local, admin: Kubectl, bridge: B
     describe = admin.run("describe", "pod", "one", "-n", ns).stdout
     assert f"{contract.A_JOB_ID}: {row['id']}" in describe
     assert "Bound" in describe
+    with urllib.request.urlopen(f"{bridge.binder_url}/metrics", timeout=5) as r:
+        prom = r.read().decode()
+    for hist in ("running_to_bound", "created_to_bound"):
+        count = next(line for line in prom.splitlines()
+                     if line.startswith(f"slurmgate_binder_{hist}_seconds_count"))
+        assert float(count.split()[-1]) >= 1, count
 
 
 def test_more_pods_than_nodes_then_freed(local: Local, admin: Kubectl, bridge: Bridge,
