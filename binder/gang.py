@@ -12,14 +12,14 @@ Pure decision over the whole group, like state.decide() for one Pod. Policy:
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from binder.state import ENDING, WAITING, World, is_gated, job_status
+from binder.state import ENDING, WAITING, World, holds_node, is_gated, job_status
 from slurmgate import contract
+from slurmgate.kube import parse_time
 from slurmgate.slurm import JobInfo
 
 NOTHING, WAIT, SUBMIT, STATUS, BIND, RELEASE, EVICT = (
@@ -71,10 +71,7 @@ def current_claim(members: list[dict[str, Any]]) -> str | None:
 
 
 def _created(p: dict[str, Any]) -> float:
-    ts = (p.get("metadata") or {}).get("creationTimestamp")
-    if not ts:
-        return 0.0
-    return dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    return parse_time((p.get("metadata") or {}).get("creationTimestamp")) or 0.0
 
 
 def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo | None],
@@ -85,7 +82,7 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
         # Only finished/deleted members still name an earlier job: make sure it is gone.
         for old in {c for p in members if (c := _ann(p).get(contract.A_CLAIM))}:
             j = job_of(old)
-            if j is not None and j.state not in ENDING - {"COMPLETING", "PREEMPTED"}:
+            if j is not None and holds_node(j):
                 return GroupDecision(RELEASE, cancel=j, reason="GroupReleased",
                                      message=f"no member of the group runs any more; "
                                              f"cancelled job {j.job_id}")
@@ -111,7 +108,7 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
                 RELEASE, evict=tuple(p for p in holders_live if bound(p)),
                 clear=tuple(p for p in holders_live if not bound(p)), reason="SlurmJobVanished",
                 message=f"the group's job is no longer known to Slurm (claim {claim[:8]})")
-        active = job.state not in ENDING - {"COMPLETING", "PREEMPTED"}
+        active = holds_node(job)
         if job.state in ENDING or job.preempted:
             targets = tuple(p for p in holders_live)
             if not targets:

@@ -7,7 +7,6 @@ rebuilt from watches and polls after a restart.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import os
 import time
@@ -21,7 +20,7 @@ from binder.jobs import JobTracker
 from binder.nodesync import NodeSync
 from binder.workqueue import WorkQueue
 from slurmgate import contract, faults, podrequest
-from slurmgate.kube import KubeClient, KubeError, pod_path
+from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
 from slurmgate.placeholder import job_spec, pod_display_name
 from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
@@ -32,20 +31,6 @@ log = logging.getLogger("slurmgate.binder")
 EVICT_GRACE = float(os.environ.get("BINDER_EVICT_GRACE", "60"))
 ORPHAN_GRACE = 60.0  # a job whose claim no Pod carries, older than this, is cancelled
 STUCK_AFTER = 30.0
-
-
-def _parse_ts(ts: object) -> float | None:
-    """RFC 3339 seconds (creationTimestamp) -> unix time."""
-    if not isinstance(ts, str):
-        return None
-    try:
-        return dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def _esc(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 class Binder:
@@ -159,7 +144,7 @@ class Binder:
 
     async def _pod_gone(self, key: str, claim: str | None) -> None:
         job = self.jobs.get(claim)
-        if job is not None and job.state not in state.ENDING - {"COMPLETING", "PREEMPTED"}:
+        if job is not None and state.holds_node(job):
             await self._cancel(job, "pod_deleted")
             log.info("pod gone; job cancelled", extra=kv(pod=key, job=job.job_id))
 
@@ -259,10 +244,11 @@ class Binder:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
         have = meta.get("annotations") or {}
         for k, v in d.status.items():
+            ann_path = f"/metadata/annotations/{pointer_escape(k)}"
             if v:
-                ops.append({"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v})
+                ops.append({"op": "add", "path": ann_path, "value": v})
             elif k in have:  # e.g. the pending reason, gone once running
-                ops.append({"op": "remove", "path": f"/metadata/annotations/{_esc(k)}"})
+                ops.append({"op": "remove", "path": ann_path})
         await self.kube.json_patch(path, ops)
         faults.point("binder_after_ungate")
         binding = {"apiVersion": "v1", "kind": "Binding",
@@ -288,7 +274,7 @@ class Binder:
         seen = self.jobs.seen_running_at.get(job.job_id)
         if seen is not None:
             metrics.BIND_LATENCY.observe(time.monotonic() - seen)
-        created = _parse_ts(meta.get("creationTimestamp"))
+        created = parse_time(meta.get("creationTimestamp"))
         if created is not None:
             metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
         log.info("pod bound", extra=kv(pod=f"{meta['namespace']}/{meta['name']}",

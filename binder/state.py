@@ -20,6 +20,15 @@ ENDING = frozenset({"COMPLETING", "PREEMPTED", "CANCELLED", "COMPLETED", "FAILED
                     "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED",
                     "SPECIAL_EXIT"})
 
+# Ended for good: Slurm holds nothing for the job any more. COMPLETING and PREEMPTED still hold
+# the node (the placeholder outlives SIGTERM), so they need our KILL.
+RELEASED = ENDING - {"COMPLETING", "PREEMPTED"}
+
+
+def holds_node(job: JobInfo) -> bool:
+    return job.state not in RELEASED
+
+
 END_REASONS = {
     "PREEMPTED": "SlurmJobPreempted",
     "CANCELLED": "SlurmJobCancelled",
@@ -97,7 +106,7 @@ def decide(pod: dict[str, Any], job: JobInfo | None, w: World) -> Decision:
     ann = _ann(pod)
     phase = (pod.get("status") or {}).get("phase")
     bound = bool(spec.get("nodeName"))
-    job_active = job is not None and job.state not in ENDING - {"COMPLETING", "PREEMPTED"}
+    job_active = job is not None and holds_node(job)
 
     # --- Pod going away or done: release Slurm's node, but only once the Pod has stopped.
     if meta.get("deletionTimestamp"):

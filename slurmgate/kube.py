@@ -8,6 +8,7 @@ hot path (watch decoding, patches) cheap and fully async.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import os
 import ssl
@@ -202,6 +203,21 @@ class KubeClient:
                     raise KubeError(ev["object"].get("code", 500), "WatchError",
                                     ev["object"].get("message", ""))
                 yield ev["type"], ev["object"]
+
+
+def pointer_escape(key: str) -> str:
+    """A map key as one JSON Pointer token (RFC 6901), e.g. for annotation paths."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def parse_time(ts: object) -> float | None:
+    """A Kubernetes RFC 3339 seconds timestamp (e.g. creationTimestamp) as unix time."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        return dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def pod_path(namespace: str, name: str = "", sub: str = "") -> str:

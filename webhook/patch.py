@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurmgate import contract
-
-
-def _esc(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+from slurmgate.kube import pointer_escape
 
 
 def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
@@ -30,10 +27,10 @@ def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
     else:
         for key in drop:
             if key in have and key not in annotations:
-                ops.append({"op": "remove", "path": f"/metadata/annotations/{_esc(key)}"})
+                ops.append({"op": "remove", "path": f"/metadata/annotations/{pointer_escape(key)}"})
         for key, value in annotations.items():
             if have.get(key) != value:
-                ops.append({"op": "add", "path": f"/metadata/annotations/{_esc(key)}",
+                ops.append({"op": "add", "path": f"/metadata/annotations/{pointer_escape(key)}",
                             "value": value})
     spec = pod.get("spec")
     if not isinstance(spec, dict):
