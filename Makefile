@@ -44,7 +44,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 typecheck: venv
-	$(VENV)/bin/mypy slurmgate webhook binder certs
+	$(VENV)/bin/mypy slurmgate webhook binder certs cluster bench
 
 test: deps lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

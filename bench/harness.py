@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import aiohttp
 from bench import util
 from cluster.bridge import Bridge
 from cluster.local import Local
-from slurmgate import contract
+from slurmgate import contract, scontrol
 from slurmgate.kube import KubeClient, KubeError, load_config, pod_path
 from slurmgate.slurm import JobInfo, JobSpec, SlurmClient
 
@@ -57,6 +58,8 @@ class Env:
     slurm: SlurmClient
     http: aiohttp.ClientSession
     webhook_ssl: ssl.SSLContext
+    # nodes Slurm itself drained (e.g. "Kill task failed" under load) that the bench resumed
+    resumed: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     async def open(cls, local: Local, bridge: Bridge, pool: int = 128) -> Env:
@@ -65,6 +68,7 @@ class Env:
         slurm = SlurmClient(local.slurm.rest_url, local.slurm.token_file, "root",
                             timeout=30.0, connections=64)
         ctx = ssl.create_default_context(cafile=str(Path(bridge.run_dir) / "certs" / "ca.crt"))
+        os.environ["SLURM_CONF"] = str(local.slurm.conf)  # for scontrol (resume)
         return cls(local, bridge, kube, slurm, aiohttp.ClientSession(), ctx)
 
     async def close(self) -> None:
@@ -182,8 +186,12 @@ class Env:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
     async def wait_slurm_idle(self, limit: float = 600) -> float:
-        """Until no job is active and every node of k8s is idle again; returns seconds."""
+        """Until no job is active and every node of k8s is idle again; returns seconds.
+
+        A node Slurm drained on its own (not our cordon drain) is resumed, as an operator
+        would, and recorded: the next phase needs every node."""
         t0 = time.monotonic()
+        tried: dict[str, float] = {}
         while True:
             try:
                 jobs, _ = await self.slurm.jobs(None)
@@ -193,11 +201,21 @@ class Env:
                 continue
             active = [j for j in jobs or [] if j.state not in ENDED]
             busy = [n for n in nodes if n.state != "IDLE" or "COMPLETING" in n.flags]
-            if not active and not busy:
+            drained = [n for n in nodes if ("DRAIN" in n.flags or n.state.startswith("DRAIN"))
+                       and not (n.reason or "").startswith(contract.DRAIN_REASON_PREFIX)]
+            for n in drained:
+                if time.monotonic() - tried.get(n.name, -1e9) < 10:
+                    continue
+                tried[n.name] = time.monotonic()
+                with contextlib.suppress(Exception):
+                    await scontrol.update_node(n.name, "RESUME", None, self.slurm.token())
+                    self.resumed.append({"node": n.name, "reason": n.reason or "",
+                                         "at": time.strftime("%H:%M:%S")})
+            if not active and not busy and not drained:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > limit:
-                raise TimeoutError(f"Slurm not idle: {len(active)} active jobs, "
-                                   f"{len(busy)} busy nodes")
+                raise TimeoutError(f"Slurm not idle after {limit:.0f}s: {len(active)} active "
+                                   f"jobs, {len(busy)} busy and {len(drained)} drained nodes")
             await asyncio.sleep(1.0)
 
 
@@ -218,6 +236,8 @@ class PodWatch:
     node_of: dict[str, str] = field(default_factory=dict)
     ungated_at: dict[str, float] = field(default_factory=dict)
     on_bound: Callable[[str], None] | None = None
+    last_event: float = 0.0
+    events: int = 0
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -229,6 +249,8 @@ class PodWatch:
             try:
                 async for kind, obj in self.kube.watch(pod_path(self.ns), rv):
                     now = time.monotonic()
+                    self.last_event = now
+                    self.events += 1
                     meta = obj.get("metadata") or {}
                     rv = meta.get("resourceVersion") or rv
                     if kind not in ("ADDED", "MODIFIED"):
@@ -264,6 +286,15 @@ class PodWatch:
                 return False
             await asyncio.sleep(0.1)
 
+    async def quiet(self, seconds: float, limit: float) -> float:
+        """Until no event for `seconds` (trailing kwok status updates done); returns the wait."""
+        t0 = time.monotonic()
+        while time.monotonic() - max(self.last_event, t0 - seconds) < seconds:
+            if time.monotonic() - t0 > limit:
+                break
+            await asyncio.sleep(0.2)
+        return time.monotonic() - t0
+
     async def stop(self) -> None:
         await cancel_task(self._task)
 
@@ -298,7 +329,8 @@ class JobPoller:
                 raise
             except Exception:
                 since = None
-            await asyncio.sleep(self.interval)
+            # the binder's rule: a slow poll waits as long as it took (spares slurmctld)
+            await asyncio.sleep(max(self.interval, min(1.0, time.monotonic() - t0)))
 
     def _see(self, j: JobInfo, now: float) -> None:
         if j.state == "RUNNING" and j.job_id not in self.running_at:

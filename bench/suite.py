@@ -180,11 +180,13 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
     await cleanup(env, ns)
 
 
-async def cleanup(env: Env, ns: str) -> None:
+async def cleanup(env: Env, ns: str, size: int = 0) -> None:
+    """Delete every Pod, then wait until Slurm is idle; deadlines grow with the burst (a
+    1,000-job cancel storm on one host takes minutes)."""
     t0 = time.monotonic()
     await env.delete_pods(ns)
-    await env.wait_no_pods(ns)
-    await env.wait_slurm_idle()
+    await env.wait_no_pods(ns, limit=max(300.0, 0.6 * size))
+    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size))
     log(f"cleanup of {ns}: {time.monotonic() - t0:.1f}s")
 
 
@@ -212,7 +214,7 @@ async def kube_floor(env: Env, size: int, a: argparse.Namespace) -> dict[str, An
     r = spread(made, w.bound_at)
     r["all_bound"] = ok
     r["create"] = lat([c.t_done - c.t_send for c in made if c.ok])
-    await cleanup(env, ns)
+    await cleanup(env, ns, size)
     return r
 
 
@@ -246,7 +248,7 @@ async def slurm_floor(env: Env, size: int, nodes: int, a: argparse.Namespace) ->
     r["submit"] = lat([c.t_done - c.t_send for c in made if c.ok])
     r["churn"] = churn
     await env.cancel_jobs(sorted(ids))
-    await env.wait_slurm_idle()
+    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size))
     return r
 
 
@@ -327,18 +329,19 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
         util.histogram(wm1, WEBHOOK_HIST, marked="true"),
         util.histogram(wm0, WEBHOOK_HIST, marked="true")))
     if not churn:
-        r["idle"] = await idle_window(env, len(w.bound_at), a.idle_window)
+        r["idle"] = await idle_window(env, w, len(w.bound_at), a.idle_window)
     await w.stop()
-    await cleanup(env, ns)
+    await cleanup(env, ns, size)
     return r
 
 
-async def idle_window(env: Env, bound: int, window: float) -> dict[str, Any]:
+async def idle_window(env: Env, w: PodWatch, bound: int, window: float) -> dict[str, Any]:
     """Every Pod bound, nothing changing: what does the binder do?"""
-    await asyncio.sleep(3.0)  # let trailing status patches and events settle
+    settle = await w.quiet(5.0, limit=180.0)  # trailing kwok status updates and our patches
     bpid = env.pid("binder")
     m0 = await env.binder_metrics()
     c0 = util.cpu_seconds(bpid)
+    e0 = w.events
     await asyncio.sleep(window)
     c1 = util.cpu_seconds(bpid)
     m1 = await env.binder_metrics()
@@ -346,8 +349,24 @@ async def idle_window(env: Env, bound: int, window: float) -> dict[str, Any]:
     def d(name: str, **match: str) -> float:
         return util.prom_sum(m1, name, **match) - util.prom_sum(m0, name, **match)
 
-    r = {"bound_pods": bound, "window_s": window,
+    def by(name: str, *labels: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for metric, lab, v in m1:
+            if metric == name:
+                k = "/".join(lab.get(x, "") for x in labels)
+                out[k] = out.get(k, 0.0) + v
+        for metric, lab, v in m0:
+            if metric == name:
+                k = "/".join(lab.get(x, "") for x in labels)
+                out[k] = out.get(k, 0.0) - v
+        return {k: v for k, v in sorted(out.items()) if v}
+
+    r = {"bound_pods": bound, "window_s": window, "settle_s": round(settle, 1),
          "reconciles": d("slurmgate_binder_reconciles_total"),
+         "reconciles_by_action": by("slurmgate_binder_reconciles_total", "action"),
+         "watch_events": by("slurmgate_binder_watch_events_total", "resource", "type"),
+         "pod_events_seen_by_bench": w.events - e0,
+         "node_syncs": d("slurmgate_binder_node_syncs_total"),
          "polls_not_modified": d("slurmgate_binder_slurm_polls_total", outcome="not_modified"),
          "polls_changed": d("slurmgate_binder_slurm_polls_total", outcome="changed"),
          "job_changes": d("slurmgate_binder_job_changes_total"),
@@ -355,8 +374,9 @@ async def idle_window(env: Env, bound: int, window: float) -> dict[str, Any]:
          "binder_cpu_pct": round(100 * (c1 - c0) / window, 2),
          "binder_rss_mib": round(util.rss_mib(bpid), 1),
          "webhook_rss_mib": round(util.rss_mib(env.pid("webhook")), 1)}
-    log(f"  idle with {bound} bound: {r['reconciles']:.0f} reconciles, "
-        f"{r['binder_cpu_s']} CPU s in {window:.0f}s")
+    log(f"  idle with {bound} bound (settled {settle:.1f}s): {r['reconciles']:.0f} reconciles "
+        f"{r['reconciles_by_action']}, watch {r['watch_events']}, "
+        f"{r['node_syncs']:.0f} node syncs, {r['binder_cpu_s']} CPU s in {window:.0f}s")
     return r
 
 
@@ -480,6 +500,11 @@ def table(results: dict[str, Any]) -> str:
         if "max" in mem:
             row(f"RSS MiB at {mem['max']['pods']} Pods (peak)", mem["max"]["webhook"],
                 mem["max"]["binder"])
+    if results.get("slurm_drained_nodes_resumed"):
+        rs = results["slurm_drained_nodes_resumed"]
+        lines.append("")
+        lines.append(f"Slurm drained {len(rs)} node(s) on its own during the run (resumed by the "
+                     f"bench): {sorted({r['reason'] for r in rs})}")
     t = results.get("targets")
     if t:
         lines.append("")
@@ -560,6 +585,7 @@ async def run_all(a: argparse.Namespace, lc: local_mod.Local, b: bridge_mod.Brid
                 results["memory"]["max"] = {"pods": size, "webhook": o["webhook_rss_peak_mib"],
                                             "binder": o["binder_rss_peak_mib"]}
     finally:
+        results["slurm_drained_nodes_resumed"] = env.resumed
         await env.close()
 
 

@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from binder import metrics
 from slurmgate.kube import KubeClient, WatchExpired
 from slurmgate.logs import kv
 
@@ -26,8 +27,9 @@ class Informer:
     """`handler(key, old, new)` runs for every change (new None on delete)."""
 
     def __init__(self, kube: KubeClient, path: str, handler: Handler,
-                 label_selector: str | None = None) -> None:
+                 label_selector: str | None = None, resource: str = "") -> None:
         self.kube = kube
+        self.resource = resource or path.rsplit("/", 1)[-1]
         self.path = path
         self.handler = handler
         self.params = {"labelSelector": label_selector} if label_selector else {}
@@ -44,12 +46,15 @@ class Informer:
         self.store = fresh
         self.resource_version = rv
         self.relists += 1
+        events = metrics.WATCH_EVENTS.labels(self.resource, "RELIST")
         for key in old.keys() - fresh.keys():
+            events.inc()
             self.handler(key, old[key], None)
         for key, obj in fresh.items():
             prev = old.get(key)
             if prev is None or prev["metadata"].get("resourceVersion") != \
                     obj["metadata"].get("resourceVersion"):
+                events.inc()
                 self.handler(key, prev, obj)
         self.synced.set()
 
@@ -67,6 +72,7 @@ class Informer:
                     rv = obj.get("metadata", {}).get("resourceVersion")
                     if rv:
                         self.resource_version = rv
+                    metrics.WATCH_EVENTS.labels(self.resource, kind).inc()
                     if kind == "BOOKMARK":
                         continue
                     key = obj_key(obj)

@@ -129,12 +129,16 @@ class JobTracker:
                 if time.monotonic() - last_full > FULL_RESYNC:
                     since = None
                     last_full = time.monotonic()
+                t0 = time.monotonic()
                 t = await self.poll_once(since)
+                took = time.monotonic() - t0
                 # Slurm's update times have one-second resolution: ask from one second
                 # earlier so a change in the same second as the last answer is not missed.
                 since = max(0, t - 1) if t else None
                 self._errors = 0
-                delay = FAST_POLL if self._in_flight() else SLOW_POLL
+                # a changed list costs slurmctld (it packs every job) and us (parsing): when
+                # a poll is slow, wait as long as it took, so polling stays under half a core
+                delay = max(FAST_POLL, min(SLOW_POLL, took)) if self._in_flight() else SLOW_POLL
             except asyncio.CancelledError:
                 raise
             except Exception as e:

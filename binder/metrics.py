@@ -9,6 +9,12 @@ _LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.
 
 RECONCILES = Counter("slurmgate_binder_reconciles_total", "Reconciles by decision",
                      ["action"], registry=REGISTRY)
+WATCH_EVENTS = Counter("slurmgate_binder_watch_events_total",
+                       "Changes seen by the Pod and Node informers (watch events and relists)",
+                       ["resource", "type"], registry=REGISTRY)
+NODE_SYNCS = Counter("slurmgate_binder_node_syncs_total",
+                     "Node cordon/drain comparisons (node sync queue items handled)",
+                     registry=REGISTRY)
 RECONCILE_ERRORS = Counter("slurmgate_binder_reconcile_errors_total",
                            "Reconciles that failed and were retried", registry=REGISTRY)
 BIND_LATENCY = Histogram("slurmgate_binder_running_to_bound_seconds",

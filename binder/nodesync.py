@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from binder import metrics
 from slurmgate import contract, scontrol
@@ -18,6 +18,29 @@ log = logging.getLogger("slurmgate.nodesync")
 CACHE_SECONDS = 1.0
 
 
+def node_view(node: dict[str, Any] | None) -> tuple[str | None, bool] | None:
+    """What the binder reads of a Node: its Slurm node label and cordon. kwok's and kubelets'
+    status heartbeats change neither, so they need no work."""
+    if node is None:
+        return None
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(contract.NODE_LABEL), bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
+    """What to do for a Node: "drain" its Slurm node once cordoned, "resume" it once
+    uncordoned if we drained it, else None. A drain someone else made (an admin, Slurm's own
+    health checks) is never undone."""
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
+    ours = (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
+    if cordoned and not drained:
+        return "drain"
+    if not cordoned and drained and ours:
+        return "resume"
+    return None
+
+
 class NodeSync:
     def __init__(self, binder: Binder) -> None:
         self.binder = binder
@@ -26,9 +49,24 @@ class NodeSync:
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
         if time.monotonic() - self._at > CACHE_SECONDS:
-            self._nodes = {n.name: n for n in await self.binder.slurm.nodes()}
-            self._at = time.monotonic()
+            await self.refresh()
         return self._nodes.get(name)
+
+    async def refresh(self) -> None:
+        self._nodes = {n.name: n for n in await self.binder.slurm.nodes()}
+        self._at = time.monotonic()
+
+    async def drifted(self) -> list[str]:
+        """Nodes whose Slurm side disagrees with their cordon, from ONE node list: the periodic
+        check costs a REST call and a dict walk, not a queue item per Node."""
+        await self.refresh()
+        out = []
+        for key, node in list(self.binder.nodes.store.items()):
+            view = node_view(node)
+            sn = self._nodes.get(view[0]) if view and view[0] else None
+            if sn is not None and node_action(node, sn):
+                out.append(key)
+        return out
 
     async def _update(self, slurm_name: str, drain: bool, reason: str | None) -> None:
         slurm = self.binder.slurm
@@ -42,6 +80,7 @@ class NodeSync:
                                        slurm.token())
 
     async def handle(self, key: object) -> None:
+        metrics.NODE_SYNCS.inc()
         try:
             await self._reconcile(str(key))
             self.binder.node_queue.forget(key)
@@ -61,16 +100,14 @@ class NodeSync:
         if sn is None:
             log.warning("no such Slurm node", extra=kv(node=k8s_name, slurm_node=slurm_name))
             return
-        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-        drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
-        ours = (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
-        if cordoned and not drained:
+        action = node_action(node, sn)
+        if action == "drain":
             await self._update(slurm_name, True, f"{contract.DRAIN_REASON_PREFIX} {k8s_name}")
             self._at = 0.0
             metrics.NODE_ACTIONS.labels("drain").inc()
             log.info("node cordoned; Slurm node drained",
                      extra=kv(node=k8s_name, slurm_node=slurm_name))
-        elif not cordoned and drained and ours:
+        elif action == "resume":
             await self._update(slurm_name, False, None)
             self._at = 0.0
             metrics.NODE_ACTIONS.labels("resume").inc()

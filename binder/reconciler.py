@@ -17,7 +17,7 @@ from binder.events import Recorder
 from binder.gangs import GangReconciler
 from binder.informer import Informer
 from binder.jobs import JobTracker
-from binder.nodesync import NodeSync
+from binder.nodesync import NodeSync, node_view
 from binder.workqueue import WorkQueue
 from slurmgate import contract, faults, podrequest
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
@@ -109,20 +109,21 @@ class Binder:
             self.queue.add(self._item(key))
 
     def _on_node(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        obj = new or old or {}
-        slurm_name = ((obj.get("metadata") or {}).get("labels") or {}).get(contract.NODE_LABEL)
+        before, after = node_view(old), node_view(new)
+        if before == after:  # a status heartbeat: nothing the binder reads changed
+            return
         prev = self.slurm_of.pop(key, None)
         if prev:
             self.node_for.pop(prev, None)
-        if new is not None and slurm_name:
-            self.node_for[slurm_name] = state.NodeRef(
-                key, bool((new.get("spec") or {}).get("unschedulable")))
+        slurm_name = after[0] if after else None
+        if after is not None and slurm_name:
+            self.node_for[slurm_name] = state.NodeRef(key, after[1])
             self.slurm_of[key] = slurm_name
             # Pods waiting on this node (e.g. it just appeared) get another look
             for claim, job in self.jobs.by_claim.items():
                 if slurm_name in job.nodes and claim in self.key_by_claim:
                     self.queue.add(self._item(self.key_by_claim[claim]))
-        if slurm_name:
+        if slurm_name or (before and before[0]):
             self.node_queue.add(key)
 
     # --- reconcile ---
@@ -351,7 +352,7 @@ class Binder:
                 self.queue.add(self._item(key, pod))
         metrics.GATED.set(gated)
         metrics.STUCK.set(stuck)
-        for node in list(self.nodes.store):  # few Nodes; catches drains undone behind our back
+        for node in await self.nodesync.drifted():  # e.g. a drain undone behind our back
             self.node_queue.add(node)
 
     async def _first_sync(self) -> None:

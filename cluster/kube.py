@@ -211,6 +211,9 @@ def start(run_dir: Path, base_port: int = 16400) -> KubeCluster:
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--manage-nodes-with-label-selector=",
+        # heartbeat through Leases: without them kube-controller-manager marks every Node
+        # Unknown (and taints it unreachable) after 40 s, until kwok's next status write
+        "--node-lease-duration-seconds=40",
         "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1", f"--server-address=127.0.0.1:{kwok_port}",
     ], log_dir)
     _save(kc)

@@ -283,6 +283,9 @@ AccountingStorageType=accounting_storage/none
 # Fast scheduling for tests.
 SchedulerParameters=bf_interval=1
 KillWait=5
+# hundreds of slurmd on one host kill their steps slowly under a cancel storm; past this
+# Slurm drains the node ("Kill task failed"), which the 1,000-job benchmarks hit at 60 s
+UnkillableStepTimeout=180
 MinJobAge=300
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL

@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from slurmgate import jsonpool
 from slurmgate.hostlist import expand
 
 log = logging.getLogger(__name__)
@@ -484,8 +485,12 @@ class SlurmClient:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         allow_304: bool = False,
+        keep_comment_prefix: str | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
-        """One request; returns (status, parsed JSON or None for 304). Raises SlurmError."""
+        """One request; returns (status, parsed JSON or None for 304). Raises SlurmError.
+
+        ``keep_comment_prefix``: of a job list keep only the jobs whose comment starts with
+        it (dropped while parsing, which big bodies do in a worker process)."""
         session = self._ensure_session()
         url = f"{self.base_url}{path}"
         headers = self._headers()
@@ -496,7 +501,7 @@ class SlurmClient:
                 status = resp.status
                 if status == 304 and allow_304:
                     return status, None
-                text = await resp.text(errors="replace")
+                raw = await resp.read()
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
             raise SlurmUnavailable(
                 f"{what}: cannot reach slurmrestd at {self.base_url}: {e}"
@@ -508,10 +513,11 @@ class SlurmClient:
             ) from None
         data: dict[str, Any] | None
         try:
-            parsed = json.loads(text) if text.strip() else None
+            parsed = await jsonpool.load_async(raw, keep_comment_prefix)
             data = parsed if isinstance(parsed, dict) else None
         except ValueError:
             data = None
+        text = raw[:4096].decode("utf-8", errors="replace")  # for error messages only
         if status == 401 or status == 403:
             self._token.invalidate()
         errors: list[str] = []
@@ -681,7 +687,8 @@ class SlurmClient:
             t_before = await self._server_time(base)
         params = {"update_time": str(since)} if since is not None else None
         status, data = await self._request(
-            "GET", f"{base}/jobs", what="list jobs", params=params, allow_304=True
+            "GET", f"{base}/jobs", what="list jobs", params=params, allow_304=True,
+            keep_comment_prefix=comment_prefix,
         )
         if status == 304 or data is None:
             return None, since if since is not None else 0

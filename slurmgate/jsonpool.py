@@ -1,0 +1,63 @@
+"""JSON bodies of slurmrestd, parsed off the event loop when they are big.
+
+A changed job list of a busy cluster is megabytes (every job, including ended ones Slurm keeps
+for MinJobAge); `json.loads` of it holds the GIL for 100 ms or more, which stalls every other
+coroutine (binds, watches, health probes). Profiling the binder under a 1,000-Pod burst put
+48 % of its samples there. A thread would not help (the GIL), so a worker process parses and
+sends back only the jobs the caller keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+OFFLOAD_BYTES = int(os.environ.get("SLURMGATE_JSON_OFFLOAD_BYTES", str(256 * 1024)))
+
+_pool: ProcessPoolExecutor | None = None
+
+
+def load(raw: bytes, keep_comment_prefix: str | None = None) -> Any:
+    """Parse; with a prefix, keep only the jobs whose comment starts with it."""
+    parsed = json.loads(raw) if raw.strip() else None
+    if keep_comment_prefix is not None and isinstance(parsed, dict):
+        jobs = parsed.get("jobs")
+        if isinstance(jobs, list):
+            parsed["jobs"] = [
+                j for j in jobs
+                if isinstance(j, dict) and isinstance(c := j.get("comment"), str)
+                and c.startswith(keep_comment_prefix)
+            ]
+    return parsed
+
+
+def _executor() -> ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        # spawn, not fork: forking a process with a running event loop and threads is unsafe
+        _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return _pool
+
+
+async def load_async(raw: bytes, keep_comment_prefix: str | None = None) -> Any:
+    if len(raw) < OFFLOAD_BYTES:
+        return load(raw, keep_comment_prefix)
+    global _pool
+    try:
+        return await asyncio.get_running_loop().run_in_executor(
+            _executor(), load, raw, keep_comment_prefix)
+    except BrokenProcessPool:  # the worker was killed: parse here this once, then a new one
+        _pool = None
+        return load(raw, keep_comment_prefix)
+
+
+def shutdown() -> None:
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None

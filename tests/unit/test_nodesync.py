@@ -1,0 +1,112 @@
+"""Node -> Slurm sync decisions, and that Node status heartbeats cost the binder nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from binder.nodesync import node_action, node_view
+from binder.reconciler import Binder
+from slurmgate import contract
+from slurmgate.slurm import JobInfo, NodeInfo
+
+OURS = f"{contract.DRAIN_REASON_PREFIX} kwok-n1"
+
+
+def knode(name: str = "kwok-n1", slurm: str = "n1", cordoned: bool = False,
+          heartbeat: str = "2026-12-02T10:00:00Z") -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {contract.NODE_LABEL: slurm},
+                         "resourceVersion": heartbeat},
+            "spec": {"unschedulable": True} if cordoned else {},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                       "lastHeartbeatTime": heartbeat}]}}
+
+
+def snode(state: str = "IDLE", flags: tuple[str, ...] = (), reason: str = "") -> NodeInfo:
+    return NodeInfo(name="n1", state=state, flags=frozenset(flags), cpus=4,
+                    real_memory_mb=16000, partitions=("k8s",), reason=reason, features=(),
+                    gres="")
+
+
+@pytest.mark.parametrize(("cordoned", "sn", "want"), [
+    (True, snode(), "drain"),
+    (True, snode("ALLOCATED"), "drain"),
+    (True, snode("IDLE", ("DRAIN",), OURS), None),
+    (True, snode("IDLE", ("DRAIN",), "admin: bad DIMM"), None),
+    (False, snode("IDLE", ("DRAIN",), OURS), "resume"),
+    (False, snode("DRAINED", (), OURS), "resume"),
+    (False, snode("IDLE", ("DRAIN",), "Kill task failed"), None),  # not ours: left alone
+    (False, snode(), None),
+])
+def test_node_action(cordoned: bool, sn: NodeInfo, want: str | None) -> None:
+    assert node_action(knode(cordoned=cordoned), sn) == want
+
+
+def test_node_view_ignores_status() -> None:
+    a, b = knode(), knode(heartbeat="2026-12-02T10:10:00Z")
+    assert a != b and node_view(a) == node_view(b) == ("n1", False)
+    assert node_view(knode(cordoned=True)) == ("n1", True)
+    assert node_view(knode(slurm="n2")) == ("n2", False)
+    assert node_view(None) is None
+
+
+def binder_with_bound_pod() -> Binder:
+    b = Binder(object(), object())  # type: ignore[arg-type]  # handlers touch neither
+    b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state="RUNNING", reason="",
+                                    nodes=("n1",), comment="", partition="k8s",
+                                    submit_time=1, start_time=2, end_time=0)
+    b.key_by_claim["c1"] = "ns/p"
+    return b
+
+
+def test_heartbeat_enqueues_nothing_cordon_does() -> None:
+    b = binder_with_bound_pod()
+    first = knode()
+    b._on_node("kwok-n1", None, first)  # a new Node: index it, look at its Pods and its drain
+    assert b.node_for["n1"].name == "kwok-n1"
+    assert len(b.queue) == 1 and len(b.node_queue) == 1
+    b.queue = type(b.queue)()
+    b.node_queue = type(b.node_queue)()
+    beat = knode(heartbeat="2026-12-02T10:10:00Z")
+    b._on_node("kwok-n1", first, beat)
+    assert len(b.queue) == 0 and len(b.node_queue) == 0
+    cordon = copy.deepcopy(beat)
+    cordon["spec"]["unschedulable"] = True
+    b._on_node("kwok-n1", beat, cordon)
+    assert b.node_for["n1"].unschedulable
+    assert len(b.queue) == 1 and len(b.node_queue) == 1
+
+
+def test_relabel_and_delete_move_the_index() -> None:
+    b = binder_with_bound_pod()
+    a = knode()
+    b._on_node("kwok-n1", None, a)
+    moved = knode(slurm="n2")
+    b._on_node("kwok-n1", a, moved)
+    assert "n1" not in b.node_for and b.node_for["n2"].name == "kwok-n1"
+    b._on_node("kwok-n1", moved, None)
+    assert not b.node_for and not b.slurm_of
+
+
+class FakeSlurm:
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = nodes
+        self.calls = 0
+
+    async def nodes(self) -> list[NodeInfo]:
+        self.calls += 1
+        return self._nodes
+
+
+def test_drift_check_is_one_list_call() -> None:
+    fake = FakeSlurm([snode("IDLE", ("DRAIN",), OURS)] + [
+        NodeInfo(name=f"n{i}", state="IDLE", flags=frozenset(), cpus=4, real_memory_mb=1,
+                 partitions=(), reason="", features=(), gres="") for i in range(2, 200)])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {f"kwok-n{i}": knode(f"kwok-n{i}", f"n{i}") for i in range(1, 200)}
+    drifted = asyncio.run(b.nodesync.drifted())
+    assert drifted == ["kwok-n1"]  # uncordoned but still drained by us: resume it
+    assert fake.calls == 1
