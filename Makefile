@@ -13,6 +13,7 @@ PYTHON ?= $(VENV)/bin/python
 PY_BOOT ?= python3
 APT_PACKAGES := munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin
 PYTEST_ARGS ?=
+BENCH_ARGS ?= --profile
 
 export SLURMGATE_RUN_DIR := $(RUN_DIR)
 
@@ -75,7 +76,8 @@ demo: deps
 	$(PYTHON) -m cluster.demo
 
 bench: deps
-	$(PYTHON) -m bench.run
+	$(PYTHON) -m pip install -q -e '.[dev,bench]'
+	$(PYTHON) -m bench.run $(BENCH_ARGS)
 
 clean: cluster-down
 	rm -rf $(RUN_DIR) kustomize/overlays/*/generated

@@ -55,6 +55,11 @@ class WorkQueue:
         key = await self._queue.get()
         self._dirty.discard(key)
         self._processing.add(key)
+        # the reconcile about to run looks at everything again and sets a new timer if it
+        # still needs one: an older "look again in 15 s" would only be idle work later
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         return key
 
     def done(self, key: Hashable) -> None:
