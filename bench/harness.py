@@ -60,6 +60,9 @@ class Env:
     webhook_ssl: ssl.SSLContext
     # nodes Slurm itself drained (e.g. "Kill task failed" under load) that the bench resumed
     resumed: list[dict[str, str]] = field(default_factory=list)
+    cancel_failures: int = 0
+    # jobs still live long after cleanup began that the bench cancelled itself
+    recancelled: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     async def open(cls, local: Local, bridge: Bridge, pool: int = 128) -> Env:
@@ -176,22 +179,28 @@ class Env:
 
         async def worker() -> None:
             for j in it:
-                for attempt in range(3):  # an overloaded slurmctld times out; try again
+                for attempt in range(6):  # an overloaded slurmctld times out; try again
                     try:
                         await self.slurm.cancel(j, "KILL")
                         break
                     except Exception:
-                        await asyncio.sleep(1.0 + attempt)
+                        await asyncio.sleep(1.0 + 2 * attempt)
+                else:
+                    self.cancel_failures += 1  # wait_slurm_idle cancels it again
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
-    async def wait_slurm_idle(self, limit: float = 600) -> float:
+    async def wait_slurm_idle(self, limit: float = 600, recancel_after: float = 30,
+                              phase: str = "") -> float:
         """Until no job is active and every node of k8s is idle again; returns seconds.
 
         A node Slurm drained on its own (not our cordon drain) is resumed, as an operator
-        would, and recorded: the next phase needs every node."""
+        would, and recorded: the next phase needs every node. Jobs still RUNNING or PENDING
+        `recancel_after` seconds in (a cancel lost to an overloaded slurmctld) are cancelled
+        again, and recorded."""
         t0 = time.monotonic()
         tried: dict[str, float] = {}
+        last_cancel = t0
         while True:
             try:
                 jobs, _ = await self.slurm.jobs(None)
@@ -213,9 +222,20 @@ class Env:
                                          "at": time.strftime("%H:%M:%S")})
             if not active and not busy and not drained:
                 return time.monotonic() - t0
+            live = [j for j in active if j.state in ("RUNNING", "PENDING")]
+            now = time.monotonic()
+            if live and now - t0 > recancel_after and now - last_cancel > recancel_after:
+                last_cancel = now
+                self.recancelled.append({"phase": phase, "after_s": round(now - t0, 1),
+                                         "jobs": len(live),
+                                         "sample": [j.job_id for j in live[:5]]})
+                await self.cancel_jobs([j.job_id for j in live], 8)
             if time.monotonic() - t0 > limit:
-                raise TimeoutError(f"Slurm not idle after {limit:.0f}s: {len(active)} active "
-                                   f"jobs, {len(busy)} busy and {len(drained)} drained nodes")
+                raise TimeoutError(
+                    f"Slurm not idle after {limit:.0f}s: {len(active)} active jobs "
+                    f"{[(j.job_id, j.state) for j in active[:5]]}, {len(busy)} busy nodes "
+                    f"{[(n.name, n.state, sorted(n.flags)) for n in busy[:5]]} and "
+                    f"{len(drained)} drained")
             await asyncio.sleep(1.0)
 
 

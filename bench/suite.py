@@ -186,7 +186,9 @@ async def cleanup(env: Env, ns: str, size: int = 0) -> None:
     t0 = time.monotonic()
     await env.delete_pods(ns)
     await env.wait_no_pods(ns, limit=max(300.0, 0.6 * size))
-    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size))
+    # the binder cancels the jobs of deleted Pods (orphans after 60 s): the bench steps in
+    # only well after that, and records it
+    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size), recancel_after=150, phase=ns)
     log(f"cleanup of {ns}: {time.monotonic() - t0:.1f}s")
 
 
@@ -248,7 +250,7 @@ async def slurm_floor(env: Env, size: int, nodes: int, a: argparse.Namespace) ->
     r["submit"] = lat([c.t_done - c.t_send for c in made if c.ok])
     r["churn"] = churn
     await env.cancel_jobs(sorted(ids))
-    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size))
+    await env.wait_slurm_idle(limit=max(600.0, 1.2 * size), phase=f"slurm-floor-{size}")
     return r
 
 
@@ -505,6 +507,9 @@ def table(results: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"Slurm drained {len(rs)} node(s) on its own during the run (resumed by the "
                      f"bench): {sorted({r['reason'] for r in rs})}")
+    for rc in results.get("cleanup_recancelled") or []:
+        lines.append(f"cleanup {rc['phase']}: the bench cancelled {rc['jobs']} still-live "
+                     f"job(s) again after {rc['after_s']}s (e.g. {rc['sample']})")
     t = results.get("targets")
     if t:
         lines.append("")
@@ -586,6 +591,7 @@ async def run_all(a: argparse.Namespace, lc: local_mod.Local, b: bridge_mod.Brid
                                             "binder": o["binder_rss_peak_mib"]}
     finally:
         results["slurm_drained_nodes_resumed"] = env.resumed
+        results["cleanup_recancelled"] = env.recancelled
         await env.close()
 
 
