@@ -42,6 +42,12 @@ def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
     return (j.state, j.reason, j.nodes, j.preempted)
 
 
+def poll_delay(in_flight: bool, took: float) -> float:
+    """A changed list costs slurmctld (it packs every job) and us (parsing): when a poll is
+    slow, wait as long as it took, so polling stays under half of the time."""
+    return max(FAST_POLL, min(SLOW_POLL, took)) if in_flight else SLOW_POLL
+
+
 class JobTracker:
     def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None]):
         self.slurm = slurm
@@ -136,9 +142,7 @@ class JobTracker:
                 # earlier so a change in the same second as the last answer is not missed.
                 since = max(0, t - 1) if t else None
                 self._errors = 0
-                # a changed list costs slurmctld (it packs every job) and us (parsing): when
-                # a poll is slow, wait as long as it took, so polling stays under half a core
-                delay = max(FAST_POLL, min(SLOW_POLL, took)) if self._in_flight() else SLOW_POLL
+                delay = poll_delay(self._in_flight(), took)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

@@ -82,3 +82,12 @@ def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
     assert t.by_claim["c"].job_id == 28 and [d.job_id for d in t.duplicates] == [29]
     t._apply([j(28, "CANCELLED"), j(31, "PENDING")])  # a resubmit after the end: newest
     assert t.by_claim["c"].job_id == 31 and t.duplicates == []
+
+
+def test_slow_polls_back_off() -> None:
+    from binder.jobs import FAST_POLL, SLOW_POLL, poll_delay
+
+    assert poll_delay(True, 0.003) == FAST_POLL  # fast answers: poll fast
+    assert poll_delay(True, 0.4) == 0.4  # slow answers: wait as long as the poll took
+    assert poll_delay(True, 7.0) == SLOW_POLL  # never slower than when idle
+    assert poll_delay(False, 0.003) == SLOW_POLL
