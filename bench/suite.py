@@ -616,6 +616,7 @@ def main(a: argparse.Namespace) -> int:
     results: dict[str, Any] = {
         "started": stamp, "argv": sys.argv[1:], "bursts": [], "profiles": {},
         "concurrency": a.concurrency,
+        "binder_lease_seconds": os.environ.get("SLURMGATE_LEASE_SECONDS"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "mem_gib": round(os.sysconf("SC_PHYS_PAGES") * util.PAGE / 2**30, 1),
                     "loadavg_start": util.loadavg()},

@@ -32,6 +32,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--lease-namespace", default=os.environ.get("LEASE_NAMESPACE",
                                                                 "slurmgate-system"))
     ap.add_argument("--lease-name", default=os.environ.get("LEASE_NAME", "slurmgate-binder"))
+    ap.add_argument("--lease-seconds", type=int,
+                    default=int(os.environ.get("LEASE_DURATION_SECONDS", "15")),
+                    help="leader Lease duration; renewed every third of it")
     ap.add_argument("--workers", type=int, default=int(os.environ.get("BINDER_WORKERS", "16")))
     ap.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     return ap.parse_args()
@@ -67,7 +70,9 @@ async def run(a: argparse.Namespace) -> int:
                     default_memory=os.environ.get("DEFAULT_MEMORY") or None,
                     default_partition=os.environ.get("DEFAULT_PARTITION") or None,
                     orphan_grace=float(os.environ.get("BINDER_ORPHAN_GRACE", "60")))
-    elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
+    lease = max(3, a.lease_seconds)
+    elector = LeaderElector(kube, a.lease_namespace, a.lease_name, lease_seconds=lease,
+                            renew_seconds=lease / 3)
     runner = web.AppRunner(health_app(binder, elector), access_log=None)
     await runner.setup()
     host, _, port = a.health_listen.rpartition(":")

@@ -151,6 +151,7 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "FAIL_OPEN": "true" if fail_open else "false",
         "DEFAULT_PARTITION": "k8s",
         "LEASE_NAMESPACE": NAMESPACE,
+        "LEASE_DURATION_SECONDS": os.environ.get("SLURMGATE_LEASE_SECONDS", "15"),
         "PYTHONUNBUFFERED": "1",
         # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
         "BINDER_ORPHAN_GRACE": "10",
