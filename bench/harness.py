@@ -158,20 +158,31 @@ class Env:
 
     # --- cleanup
     async def delete_pods(self, ns: str) -> None:
+        """Delete every Pod of ns. A big collection delete can outlast the client's timeout
+        on a loaded apiserver; it goes on server-side, and wait_no_pods asks again."""
         try:
             await self.kube.request("DELETE", pod_path(ns), params={"gracePeriodSeconds": "0"})
         except KubeError as e:
             if e.status != 404:
                 raise
+        except TimeoutError:
+            pass
 
     async def wait_no_pods(self, ns: str, limit: float = 300) -> None:
         deadline = time.monotonic() + limit
+        asked = time.monotonic()
         while True:
-            items, _ = await self.kube.list(pod_path(ns))
+            try:
+                items, _ = await self.kube.list(pod_path(ns))
+            except TimeoutError:
+                items = [{}]
             if not items:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(items)} Pods still in {ns}")
+                raise TimeoutError(f"{len(items)} Pods still in {ns} after {limit:.0f}s")
+            if time.monotonic() - asked > 30:
+                asked = time.monotonic()
+                await self.delete_pods(ns)
             await asyncio.sleep(0.5)
 
     async def cancel_jobs(self, job_ids: list[int], concurrency: int = 32) -> None:

@@ -297,6 +297,7 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     r["churn"] = churn
     r["create"] = lat([c.t_done - c.t_send for c in made if c.ok])
     r["create_errors"] = sum(not c.ok for c in made)
+    r["create_error_samples"] = sorted({c.error for c in made if not c.ok})[:3]
     job_of = {c.name: c.job_id for c in made if c.job_id}
     r["running_to_bound_watch"] = lat([
         w.bound_at[n] - poller.running_at[j] for n, j in job_of.items()
@@ -333,7 +334,11 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     if not churn:
         r["idle"] = await idle_window(env, w, len(w.bound_at), a.idle_window)
     await w.stop()
-    await cleanup(env, ns, size)
+    try:
+        await cleanup(env, ns, size)
+    except Exception as e:  # keep the measurements; the next burst would not be clean
+        r["cleanup_error"] = f"{type(e).__name__}: {e}"
+        log(f"cleanup of {ns} failed: {r['cleanup_error']}")
     return r
 
 
@@ -589,6 +594,9 @@ async def run_all(a: argparse.Namespace, lc: local_mod.Local, b: bridge_mod.Brid
             if size == max(a.sizes):
                 results["memory"]["max"] = {"pods": size, "webhook": o["webhook_rss_peak_mib"],
                                             "binder": o["binder_rss_peak_mib"]}
+            if "cleanup_error" in o:
+                results["error"] = f"stopped after burst {size}: {o['cleanup_error']}"
+                break
     finally:
         results["slurm_drained_nodes_resumed"] = env.resumed
         results["cleanup_recancelled"] = env.recancelled
