@@ -22,17 +22,19 @@ OFFLOAD_BYTES = int(os.environ.get("SLURMGATE_JSON_OFFLOAD_BYTES", str(256 * 102
 _pool: ProcessPoolExecutor | None = None
 
 
+def keep_jobs(jobs: list[Any], comment_prefix: str) -> list[Any]:
+    """The job objects whose comment starts with comment_prefix."""
+    return [j for j in jobs if isinstance(j, dict) and isinstance(c := j.get("comment"), str)
+            and c.startswith(comment_prefix)]
+
+
 def load(raw: bytes, keep_comment_prefix: str | None = None) -> Any:
     """Parse; with a prefix, keep only the jobs whose comment starts with it."""
     parsed = json.loads(raw) if raw.strip() else None
     if keep_comment_prefix is not None and isinstance(parsed, dict):
         jobs = parsed.get("jobs")
         if isinstance(jobs, list):
-            parsed["jobs"] = [
-                j for j in jobs
-                if isinstance(j, dict) and isinstance(c := j.get("comment"), str)
-                and c.startswith(keep_comment_prefix)
-            ]
+            parsed["jobs"] = keep_jobs(jobs, keep_comment_prefix)
     return parsed
 
 

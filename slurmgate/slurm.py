@@ -693,11 +693,8 @@ class SlurmClient:
         if status == 304 or data is None:
             return None, since if since is not None else 0
         raw = [j for j in data.get("jobs") or [] if isinstance(j, Mapping)]
-        if comment_prefix is not None:
-            raw = [
-                j for j in raw
-                if isinstance(c := j.get("comment"), str) and c.startswith(comment_prefix)
-            ]
+        if comment_prefix is not None:  # usually done already while parsing (_request)
+            raw = jsonpool.keep_jobs(raw, comment_prefix)
         jobs = [parse_job(j) for j in raw]
         if new:
             t = _num(data.get("last_update"))
