@@ -3,8 +3,12 @@
 #   make demo     local Slurm + Kubernetes control plane, deploy, watch a Pod land where Slurm chose
 #   make test     install everything needed, lint, unit + e2e tests against the real local cluster
 #
-# Built control-plane binaries live in ~/.cache/slurmgate (keyed by the versions in
-# cluster/versions.env), so only the first run on a machine compiles Kubernetes.
+# SLURM_VERSION (22.05, 24.11 or 26.05; default the newest) picks the local cluster's Slurm:
+#   SLURM_VERSION=24.11 make demo;  make test-matrix runs the e2e suite on every one.
+#
+# Built control-plane binaries and the Debian roots of the newer Slurm releases live in
+# ~/.cache/slurmgate (keyed by the versions in cluster/versions.env), so only the first run on
+# a machine compiles Kubernetes and debootstraps a root.
 
 SHELL := /bin/bash
 RUN_DIR ?= /tmp/slurmgate
@@ -13,14 +17,17 @@ PYTHON ?= $(VENV)/bin/python
 PY_BOOT ?= python3
 APT_PACKAGES := munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin
 PYTEST_ARGS ?=
+SLURM_VERSION ?= 26.05
+MATRIX ?= 22.05 24.11 26.05
 BENCH_ARGS ?= --profile
 
 export SLURMGATE_RUN_DIR := $(RUN_DIR)
+export SLURM_VERSION
 
-.PHONY: deps apt venv binaries lint typecheck test test-unit test-e2e test-faults \
-        cluster-up cluster-down deploy undeploy demo bench clean
+.PHONY: deps apt venv binaries slurm-root lint typecheck test test-unit test-e2e test-faults \
+        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench clean
 
-deps: apt venv binaries
+deps: apt venv binaries slurm-root
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -41,6 +48,10 @@ $(VENV)/.installed: pyproject.toml
 binaries:
 	bash cluster/build-binaries.sh >/dev/null
 
+# 22.05 is the host's package (apt above); newer releases run from a cached Debian root
+slurm-root:
+	@case "$(SLURM_VERSION)" in 22.05) ;; *) bash cluster/build-slurm-root.sh $(SLURM_VERSION) >/dev/null ;; esac
+
 lint: venv
 	$(VENV)/bin/ruff check .
 
@@ -58,6 +69,21 @@ test-e2e: deps
 
 test-faults: deps
 	SLURMGATE_FAULTS=1 $(PYTHON) -m pytest -q -m faults tests/e2e $(PYTEST_ARGS)
+
+# The whole e2e suite, fault variants included, on each Slurm release in $(MATRIX).
+test-matrix: deps lint typecheck
+	@set -e; for v in $(MATRIX); do \
+	  echo "=== e2e on Slurm $$v"; \
+	  $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; \
+	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS); \
+	  SLURM_VERSION=$$v SLURMGATE_FAULTS=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    -m faults tests/e2e $(PYTEST_ARGS); \
+	done
+
+# Re-record the real slurmrestd answers the unit tests replay (every release in $(MATRIX)).
+record-fixtures: deps
+	for v in $(MATRIX); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; done
+	$(PYTHON) -m tests.fixtures.record_slurm_rest --versions $(shell echo $(MATRIX) | tr ' ' ,)
 
 cluster-up: deps
 	$(PYTHON) -m cluster.local up

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from binder import gang, metrics, state
 from slurmgate import contract, podrequest
 from slurmgate.logs import kv
-from slurmgate.placeholder import job_spec
 from slurmgate.slurm import JobInfo, SlurmError
+from slurmgate.slurm.placeholder import job_spec
 
 if TYPE_CHECKING:
     from binder.reconciler import Binder

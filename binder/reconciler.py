@@ -22,8 +22,8 @@ from binder.workqueue import WorkQueue
 from slurmgate import contract, faults, podrequest
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
-from slurmgate.placeholder import job_spec, pod_display_name
 from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
+from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.binder")
 

@@ -97,7 +97,8 @@ def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
     run_dir = Path(b.run_dir)
     log_dir = run_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **b.env, **(extra_env or {})}
+    env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, **b.env,
+           **(extra_env or {})}
     for name in which:
         module = "webhook" if name == "webhook" else "binder"
         args = [_python(), "-m", module]
@@ -146,8 +147,6 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "SLURMREST_URL": local.slurm.rest_url,
         "SLURM_JWT_FILE": str(local.slurm.token_file),
         "SLURM_USER": "root",
-        # scontrol (node drain/resume on Slurm 22.05) reads the cluster's slurm.conf
-        "SLURM_CONF": str(local.slurm.conf),
         "FAIL_OPEN": "true" if fail_open else "false",
         "DEFAULT_PARTITION": "k8s",
         "LEASE_NAMESPACE": NAMESPACE,
@@ -157,6 +156,10 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "BINDER_ORPHAN_GRACE": "10",
         "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
     }
+    if not local.slurm.root:
+        # scontrol (node drain/resume on Slurm 22.05 only) reads the cluster's slurm.conf;
+        # on newer Slurm everything goes through REST and the binder gets no slurm.conf
+        b.env["SLURM_CONF"] = str(local.slurm.conf)
     start_processes(b)
     return b
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from cluster import bridge, local
+from cluster import bridge, local, slurm_release
 from cluster.kube import wait_for
 from slurmgate import contract
 
@@ -30,6 +30,8 @@ class Story:
         self.lc = lc
         self.out = out
         self.env = {**os.environ, **lc.env()}
+        # `squeue` and `sinfo` are the cluster's own release (wrappers that enter its root)
+        self.env["PATH"] = f"{lc.slurm.run_dir / 'bin'}:{os.environ.get('PATH', '')}"
 
     def say(self, text: str) -> None:
         print(f"\n\033[1m==> {text}\033[0m" if self.out.isatty() else f"\n==> {text}",
@@ -69,7 +71,8 @@ def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
     """The demo story on a running cluster with slurmgate deployed. Returns what it saw."""
     s = Story(lc, out)
     seen: dict[str, str] = {}
-    s.say("Slurm's view: four nodes, all idle")
+    s.say(f"Slurm's view: four nodes, all idle (Slurm {lc.slurm.version})")
+    seen["version"] = s.show("sinfo", "--version")
     s.show("sinfo", "-N", "-p", "k8s")
     s.say("Kubernetes' view: one Node per Slurm node (label slurmgate.io/slurm-node)")
     s.show("kubectl", "get", "nodes", "-L", contract.NODE_LABEL)
@@ -129,8 +132,10 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=local.DEFAULT_RUN_DIR)
     a = ap.parse_args()
     t0 = time.monotonic()
-    print("==> Starting a local Slurm (slurmctld, 4 slurmd, slurmrestd) and a Kubernetes "
-          "control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)")
+    print(f"==> Starting a local Slurm {slurm_release.release().version} (slurmctld, "
+          "4 slurmd, slurmrestd) and a Kubernetes control plane (etcd, kube-apiserver, "
+          "kube-scheduler, kube-controller-manager, kwok); SLURM_VERSION=22.05|24.11|26.05 "
+          "picks another")
     lc = local.load(a.dir) if a.reuse else local.up(a.dir, nodes=4)
     print(f"    up in {time.monotonic() - t0:.1f}s")
     print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local, then the webhook "

@@ -45,7 +45,14 @@ class Local:
             "SLURMREST_URL": self.slurm.rest_url,
             "SLURM_TOKEN_FILE": str(self.slurm.token_file),
             "SLURMGATE_RUN_DIR": str(self.run_dir),
+            "SLURM_VERSION": self.slurm.version,
         }
+
+    def shell_env(self) -> str:
+        """env.sh: the variables, and this cluster's own Slurm commands first on PATH."""
+        lines = [f"export {k}={v}\n" for k, v in self.env().items()]
+        lines.append(f"export PATH={self.slurm.run_dir / 'bin'}:$PATH\n")
+        return "".join(lines)
 
 
 def kubectl(kc: kube.KubeCluster, *args: str, stdin: str | None = None,
@@ -122,7 +129,9 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
 
 
 def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16000,
-       node_cpus: int = 8) -> Local:
+       node_cpus: int = 8, slurm_version: str | None = None) -> Local:
+    """Start Slurm (release: `slurm_version`, else $SLURM_VERSION, else the newest) and the
+    Kubernetes control plane, one kwok Node per Slurm node."""
     down(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -130,7 +139,8 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
     t0 = time.monotonic()
     try:
         s = slurm.start(run_dir / "slurm", n_nodes=nodes, cpus=node_cpus,
-                        memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET)
+                        memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET,
+                        version=slurm_version)
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET)
         _register_nodes(k, s)
     except BaseException:
@@ -138,9 +148,9 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
         raise
     local = Local(run_dir, k, s)
     (run_dir / "env.json").write_text(json.dumps(local.env(), indent=2))
-    (run_dir / "env.sh").write_text(
-        "".join(f"export {k}={v}\n" for k, v in local.env().items()))
-    print(f"local cluster up in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    (run_dir / "env.sh").write_text(local.shell_env())
+    print(f"local cluster (Slurm {s.version}) up in {time.monotonic() - t0:.1f}s",
+          file=sys.stderr)
     return local
 
 
@@ -162,6 +172,7 @@ def main() -> None:
     if a.action == "up":
         local = up(a.dir, a.nodes)
         print(f"kubeconfig:     {local.kube.kubeconfig}")
+        print(f"Slurm:          {local.slurm.version}")
         print(f"slurmrestd:     {local.slurm.rest_url}")
         print(f"SLURM_CONF:     {local.slurm.conf}")
         print(f"env for shells: source {a.dir / 'env.sh'}")

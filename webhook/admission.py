@@ -17,8 +17,8 @@ from typing import Any
 from slurmgate import contract, faults, groups, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
-from slurmgate.placeholder import job_spec, pod_display_name
 from slurmgate.slurm import JobSpec, SlurmError, SlurmUnavailable
+from slurmgate.slurm.placeholder import job_spec, pod_display_name
 from webhook import metrics
 from webhook.patch import gate_pod
 from webhook.validate import check_fit

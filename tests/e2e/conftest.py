@@ -99,9 +99,10 @@ def bridge(local: local_mod.Local) -> Iterator[bridge_mod.Bridge]:
 
 
 def slurm_cli(local: local_mod.Local, *args: str) -> str:
-    """Slurm's own CLI (argument list, never a shell), to look at Slurm independently of us."""
-    env = {**os.environ, **local.slurm.env}
-    return subprocess.run(list(args), env=env, text=True, capture_output=True, check=True,
+    """Slurm's own CLI of the cluster's release (argument list, never a shell), to look at
+    Slurm independently of us."""
+    argv, env = local.slurm.command(*args)
+    return subprocess.run(argv, env=env, text=True, capture_output=True, check=True,
                           timeout=30).stdout
 
 

@@ -23,7 +23,9 @@ import pytest
 
 from cluster import bridge as bridge_mod
 from cluster import kube as kube_mod
+from cluster import proc as proc_mod
 from cluster import slurm as slurm_mod
+from cluster import slurm_faults
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
 from slurmgate import contract
@@ -227,8 +229,8 @@ def restore(local: Local, bridge: Bridge) -> Iterator[None]:
     s_dir = local.slurm.run_dir
     for name in ("slurmctld", "slurmrestd"):
         c = slurm_mod.load(s_dir)
-        if not slurm_mod._alive(c.pids[name]):
-            local.slurm.pids[name] = slurm_mod.start_daemon(s_dir, name)
+        if not proc_mod.alive(c.pids[name]):
+            local.slurm.pids[name] = slurm_faults.start_daemon(s_dir, name)
     kc = kube_mod.load(Path(local.kube.run_dir))
     if not alive(kc.pids["kube-apiserver"]):
         local.kube.pids["kube-apiserver"] = kube_mod.start_daemon(
@@ -249,12 +251,12 @@ def kill_slurm(local: Local, name: str, touch_job: str | None = None) -> None:
         t = time.time()
         slurm_cli(local, "scontrol", "update", f"jobid={touch_job}", f"comment=touched-{t}")
         wait_until("slurmctld saved its job state", lambda: state.stat().st_mtime > t, 20)
-    slurm_mod.kill_daemon(local.slurm.run_dir, name)
+    slurm_faults.kill_daemon(local.slurm.run_dir, name)
 
 
 def start_slurm(local: Local, name: str) -> float:
     t0 = time.monotonic()
-    local.slurm.pids[name] = slurm_mod.start_daemon(local.slurm.run_dir, name)
+    local.slurm.pids[name] = slurm_faults.start_daemon(local.slurm.run_dir, name)
     if name == "slurmctld":
         # until the slurmds re-register, Slurm refuses submits ("Required node not
         # available", errno 2068) and the webhook denies with that text: documented behaviour

@@ -1,4 +1,5 @@
-"""SlurmClient against a real Slurm 22.05 (slurmctld, 4 slurmd, slurmrestd) on this host."""
+"""SlurmClient against a real Slurm (slurmctld, 4 slurmd, slurmrestd) on this host, of the
+release $SLURM_VERSION names (22.05, 24.11 or 26.05; `make test-matrix` runs each)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TypeVar
 import pytest
 
 from cluster import slurm as cluster_slurm
+from cluster import slurm_release
 from slurmgate.slurm import PLACEHOLDER_SCRIPT, JobInfo, JobSpec, SlurmClient
 
 pytestmark = pytest.mark.e2e
@@ -70,9 +72,10 @@ def spec(i: int | str, **kw: object) -> JobSpec:
 
 
 def cli(cluster: cluster_slurm.SlurmCluster, *args: str) -> str:
-    """Slurm's own CLI: an argument list with SLURM_CONF, never a shell."""
-    return subprocess.run(list(args), env=cluster.client_env(), capture_output=True, text=True,
-                          check=True, timeout=30).stdout
+    """Slurm's own CLI of the cluster's release: an argument list, never a shell."""
+    argv, env = cluster.command(*args)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True,
+                          timeout=30).stdout
 
 
 def job_pids(cluster: cluster_slurm.SlurmCluster, job_id: int) -> list[int]:
@@ -96,8 +99,9 @@ async def job_in(c: SlurmClient, job_id: int, *states: str) -> JobInfo | None:
     return j if j is not None and j.state in states else None
 
 
-async def test_ping_and_version(client: SlurmClient) -> None:
-    assert await client.detect_version() == "v0.0.38"
+async def test_ping_and_version(client: SlurmClient,
+                                cluster: cluster_slurm.SlurmCluster) -> None:
+    assert await client.detect_version() == slurm_release.release(cluster.version).rest_api
     await client.ping()
 
 
@@ -203,11 +207,30 @@ async def test_cancel_frees_node(client: SlurmClient, cluster: cluster_slurm.Slu
 
 
 async def test_drain_resume(client: SlurmClient, cluster: cluster_slurm.SlurmCluster) -> None:
-    # Slurm 22.05's REST API (v0.0.38) has no node update: the client says so clearly.
-    with pytest.raises(NotImplementedError, match="no node update"):
-        await client.drain("n4", "slurmgate: cordoned")
-    with pytest.raises(NotImplementedError):
-        await client.resume("n4")
+    if (await client.dialect()).node_update:
+        # 24.11+: drain and resume over REST, checked with Slurm's own CLI
+        def n3() -> str:
+            return cli(cluster, "sinfo", "-h", "-N", "-p", "k8s", "-n", "n3", "-o",
+                       "%t|%E").strip()
+
+        await client.drain("n3", "slurmgate: cordoned over REST")
+        try:
+            out = n3()
+            assert out.startswith("drain") and out.endswith("slurmgate: cordoned over REST"), out
+        finally:
+            await client.resume("n3")
+
+        async def idle() -> bool:
+            # right after a RESUME, 24.11+ show the node "idle*" until slurmd answers a ping
+            return (await asyncio.to_thread(n3)).split("|")[0] == "idle"
+
+        await wait_for("n3 idle after resume", idle, 30)
+    else:
+        # Slurm 22.05's REST API (v0.0.38) has no node update: the client says so clearly.
+        with pytest.raises(NotImplementedError, match="no node update"):
+            await client.drain("n4", "slurmgate: cordoned")
+        with pytest.raises(NotImplementedError):
+            await client.resume("n4")
     # Drain state written by scontrol is read back correctly over REST.
     cli(cluster, "scontrol", "update", "nodename=n4", "state=drain",
         "reason=slurmgate: cordoned test")
@@ -221,7 +244,10 @@ async def test_drain_resume(client: SlurmClient, cluster: cluster_slurm.SlurmClu
     n4 = next(n for n in await client.nodes() if n.name == "n4")
     assert "DRAIN" not in n4.flags
     parts = {p.name: p for p in await client.partitions()}
-    assert parts["k8s"].default and not parts["hpc"].default
+    if (await client.dialect()).partition_flags:
+        assert parts["k8s"].default and not parts["hpc"].default
+    assert parts["k8s"].grace_time_seconds == GRACE_TIME
+    assert not parts["hpc"].grace_time_seconds
     assert parts["k8s"].nodes == tuple(cluster.nodes) and parts["k8s"].max_time_minutes is None
 
 

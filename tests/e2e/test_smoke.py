@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 
+from cluster import slurm_release
 from cluster.local import Local
 from slurmgate import contract
 from slurmgate.slurm import JobSpec, SlurmClient
@@ -42,7 +43,8 @@ def test_kube_scheduler_binds_and_kwok_runs(admin: Kubectl, ns: str) -> None:
 def test_slurm_job_runs_via_rest(local: Local) -> None:
     async def go() -> int:
         async with SlurmClient(local.slurm.rest_url, local.slurm.token_file) as c:
-            assert await c.detect_version() == "v0.0.38"
+            want = slurm_release.release(local.slurm.version).rest_api
+            assert await c.detect_version() == want
             return await c.submit(JobSpec(name="smoke", comment="smoke", memory_mb=100, cpus=1))
 
     job_id = asyncio.run(go())

@@ -3,6 +3,7 @@ over TLS, submitting to real Slurm."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from cluster.bridge import Bridge
 from cluster.local import Local
 from slurmgate import contract
+from slurmgate.slurm import JobInfo, SlurmClient
 from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, squeue, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -78,3 +80,30 @@ def test_kubectl_get_shows_scheduling_gated(admin: Kubectl, bridge: Bridge, ns: 
         admin.apply(marked_pod(f"p{i}"), "-n", ns)
     wait_until("one Pod SchedulingGated", lambda: "SchedulingGated" in admin.run(
         "get", "pods", "-n", ns).stdout, 30)
+
+
+def test_placeholder_is_exclusive_read_back_from_slurm(local: Local, admin: Kubectl,
+                                                       bridge: Bridge, ns: str) -> None:
+    """Whatever the release and its REST dialect, the job Slurm runs for a Pod holds its whole
+    node: read back from Slurm (REST and scontrol), not trusted from the request."""
+    created = json.loads(admin.apply(marked_pod("solo", "1Gi"), "-n", ns, "-o", "json").stdout)
+    job_id = int(created["metadata"]["annotations"][contract.A_JOB_ID])
+
+    async def read_back() -> JobInfo | None:
+        async with SlurmClient(local.slurm.rest_url, local.slurm.token_file) as c:
+            j = await c.job(job_id)
+            return j if j is not None and j.state == "RUNNING" else None
+
+    job = wait_until("placeholder RUNNING", lambda: asyncio.run(read_back()), 30)
+    assert job.cpus == local.slurm.node_cpus  # asked for 1 CPU, holds all 8
+    assert job.whole_nodes in (True, None)  # said outright from v0.0.41 on
+    assert scontrol_job(local, str(job_id))["NumCPUs"] == str(local.slurm.node_cpus)
+
+
+def test_grace_longer_than_slurm_gracetime_warns(admin: Kubectl, bridge: Bridge,
+                                                 ns: str) -> None:
+    """The partition's GraceTime is read from Slurm on every release (24.11+ moved it)."""
+    pod = marked_pod("slow-stop")
+    pod["spec"]["terminationGracePeriodSeconds"] = 90
+    p = admin.apply(pod, "-n", ns)
+    assert "exceeds partition 'k8s''s preemption GraceTime of 20s" in p.stderr, p.stderr

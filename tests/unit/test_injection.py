@@ -1,5 +1,5 @@
 """Annotation values aimed at injection, through the full admission path (Admitter.review with
-a capturing fake submit, then SlurmClient.submit_body in both dialects).
+a capturing fake submit, then dialects.submit_body in every dialect).
 
 The contract: the job script is always PLACEHOLDER_SCRIPT; an annotation value is either
 denied with its field named, or passed verbatim into the one JSON field it maps to, and
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmgate import contract
-from slurmgate.slurm import PLACEHOLDER_SCRIPT, JobSpec, SlurmClient
+from slurmgate.slurm import DIALECTS, PLACEHOLDER_SCRIPT, JobSpec, dialects
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 from webhook.admission import Admitter, Settings
 
@@ -81,8 +81,7 @@ def leaf_strings(obj: Any) -> list[str]:
 
 
 def bodies(spec: JobSpec) -> list[dict[str, Any]]:
-    client = SlurmClient("http://127.0.0.1:1", "/nonexistent")
-    return [client.submit_body(spec, new_dialect=d) for d in (False, True)]
+    return [dialects.submit_body(d, spec) for d in DIALECTS.values()]
 
 
 def check(key: str, value: str) -> None:

@@ -1,0 +1,51 @@
+"""Fault injection for the local Slurm cluster: kill one daemon by its PID, start it again.
+
+Used by the fault tests; a restarted daemon gets the flags start() gave it, minus the one-time
+ones (slurmctld keeps its saved state)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cluster import proc
+from cluster.slurm import ctld_up, load, ours, restd_argv, restd_up
+
+
+def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
+    """SIGKILL one daemon of the cluster by its recorded PID and wait until it is gone."""
+    run_dir = Path(run_dir).resolve()
+    pid = load(run_dir).pids.get(name, 0)
+    if ours(run_dir, pid):
+        proc.kill_and_wait(pid, name, timeout)
+
+
+def start_daemon(run_dir: Path, name: str, timeout: float = 60.0) -> int:
+    """Start slurmctld or slurmrestd again; wait until it answers; record the new PID in
+    cluster.json. Returns the PID."""
+    run_dir = Path(run_dir).resolve()
+    c = load(run_dir)
+    if name == "slurmctld":
+        # no -c: a restart must recover the saved job state, not clear it
+        argv, env = c.daemon("slurmctld", "-D", "-f", str(c.conf), "-i")
+        ready = lambda: ctld_up(c)  # noqa: E731
+    elif name == "slurmrestd":
+        argv, env = restd_argv(c)
+        ready = lambda: restd_up(c)  # noqa: E731
+    else:
+        raise ValueError(f"cannot restart {name!r} (supported: slurmctld, slurmrestd)")
+    p = proc.spawn(run_dir / "log", name, argv, env)
+    c.pids[name] = p.pid
+    (run_dir / "cluster.json").write_text(c.to_json())
+    logs = [run_dir / "log" / f"{name}.out", run_dir / "log" / "ctld.log"]
+    proc.wait_until(f"{name} restarted", ready, timeout, logs,
+                    pid_alive=lambda: p.poll() is None)
+    return p.pid
+
+
+def restart_daemon(run_dir: Path, name: str, down_for: float = 0.0) -> int:
+    """kill_daemon, stay down for `down_for` seconds, start_daemon. Returns the new PID."""
+    kill_daemon(run_dir, name)
+    if down_for > 0:
+        time.sleep(down_for)
+    return start_daemon(run_dir, name)

@@ -1,0 +1,308 @@
+"""SlurmClient: the operations slurmgate needs, in whichever dialect the server speaks.
+
+The version is detected once (the newest both sides speak) and cached; each operation asks
+the dialect table (slurmgate.slurm.dialects) how to say it. The token is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slurmgate import jsonpool
+from slurmgate.slurm import dialects
+from slurmgate.slurm.dialects import (
+    SUPPORTED_VERSIONS,
+    Dialect,
+    num,
+    parse_job,
+    parse_node,
+    parse_partition,
+    status_errors,
+    text,
+)
+from slurmgate.slurm.models import (
+    JobInfo,
+    JobSpec,
+    NodeInfo,
+    PartitionInfo,
+    SlurmError,
+    SlurmIgnoredField,
+    SlurmUnavailable,
+)
+from slurmgate.slurm.transport import Transport
+
+log = logging.getLogger("slurmgate.slurm")
+
+_ERRNO_INVALID_JOB_ID = 2017
+_ERRNO_ALREADY_DONE = 2021
+_GONE = frozenset({_ERRNO_INVALID_JOB_ID, _ERRNO_ALREADY_DONE})
+
+
+class SlurmClient:
+    def __init__(
+        self,
+        base_url: str,
+        token_file: Path | str,
+        user: str = "root",
+        *,
+        timeout: float = 5.0,
+        api_version: str | None = None,
+        connections: int = 16,
+    ) -> None:
+        if api_version is not None:
+            dialects.dialect(api_version)  # ValueError naming the supported ones
+        self._http = Transport(base_url, token_file, user, timeout, connections)
+        self.base_url = self._http.base_url
+        self.user = user
+        self._version = api_version
+        self._version_lock = asyncio.Lock()
+
+    # --- lifecycle
+
+    async def __aenter__(self) -> SlurmClient:
+        self._http.session()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    def token(self) -> str:
+        """The current JWT (for scontrol on Slurm 22.05); never log it."""
+        return self._http.token.get()
+
+    async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, dict | None]:
+        return await self._http.request(method, path, **kw)
+
+    # --- version
+
+    async def detect_version(self) -> str:
+        """Newest REST version both sides speak (cached). GET /openapi/v3, else /openapi."""
+        if self._version is not None:
+            return self._version
+        async with self._version_lock:
+            if self._version is not None:
+                return self._version
+            spec: dict[str, Any] | None = None
+            last: SlurmError | None = None
+            for path in ("/openapi/v3", "/openapi"):
+                try:
+                    _, spec = await self._request("GET", path, what="detect Slurm REST version")
+                    break
+                except SlurmUnavailable:
+                    raise
+                except SlurmError as e:
+                    last = e
+            if spec is None:
+                raise last or SlurmError("detect Slurm REST version: no OpenAPI document")
+            offered = {
+                m.group(1)
+                for p in (spec.get("paths") or {})
+                if (m := re.match(r"^/slurm/(v\d+\.\d+\.\d+)/", str(p)))
+            }
+            for v in SUPPORTED_VERSIONS:
+                if v in offered:
+                    self._version = v
+                    log.info("slurmrestd speaks %s (offers %s)", v, ", ".join(sorted(offered)))
+                    return v
+            raise SlurmError(
+                "slurmrestd offers no supported API version",
+                None,
+                [f"offered: {', '.join(sorted(offered)) or 'none'}; "
+                 f"supported: {', '.join(SUPPORTED_VERSIONS)}"],
+            )
+
+    async def dialect(self) -> Dialect:
+        return dialects.dialect(await self.detect_version())
+
+    async def _base(self) -> tuple[str, Dialect]:
+        d = await self.dialect()
+        return f"/slurm/{d.version}", d
+
+    # --- operations
+
+    async def ping(self) -> None:
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/ping", what="ping")
+        pings = [p for p in (data or {}).get("pings") or [] if isinstance(p, Mapping)]
+        # v0.0.38: "ping": "UP"; v0.0.40+: "pinged": "UP" or (v0.0.42+) "responding": true
+        up = [p for p in pings if p.get("responding") is True
+              or text(p.get("pinged", p.get("ping"))).upper() == "UP"]
+        if pings and not up:
+            raise SlurmUnavailable(
+                "ping: no slurmctld answers", None, [json.dumps(p) for p in pings]
+            )
+
+    async def submit_body(self, spec: JobSpec) -> dict[str, Any]:
+        """The JSON body for POST /job/submit in the server's dialect (tests, dry runs)."""
+        return dialects.submit_body(await self.dialect(), spec)
+
+    async def submit(self, spec: JobSpec) -> int:
+        base, d = await self._base()
+        what = f"submit job {spec.name!r}"
+        try:
+            _, data = await self._request(
+                "POST", f"{base}/job/submit", what=what, body=dialects.submit_body(d, spec))
+        except SlurmIgnoredField as e:
+            # The job exists but is not what we asked for (e.g. not exclusive): take it back.
+            bad = _job_id(e.answer)
+            if bad > 0:
+                try:
+                    await self.cancel(bad)
+                except SlurmError as ce:
+                    e.errors.append(f"and cancelling the job it made ({bad}) failed: {ce}")
+                else:
+                    e.errors.append(f"the job it made ({bad}) was cancelled")
+            raise
+        job_id = _job_id(data or {})
+        if job_id <= 0:
+            raise SlurmError(f"{what}: slurmrestd returned no job_id")
+        return job_id
+
+    async def _server_time(self, base: str) -> int:
+        _, data = await self._request("GET", f"{base}/diag", what="diag (server time)")
+        stats = (data or {}).get("statistics") or {}
+        t = num(stats.get("req_time"))
+        if t <= 0:
+            raise SlurmError("diag: no req_time in slurmrestd's answer")
+        return t
+
+    async def jobs(
+        self, since: int | None = None, *, comment_prefix: str | None = None
+    ) -> tuple[list[JobInfo] | None, int]:
+        """All jobs, or (None, since) when nothing changed since ``since``.
+
+        The returned T is the server's own clock at (or before) the time the list was taken;
+        pass it back as ``since`` next time. ``comment_prefix``: parse and return only jobs
+        whose comment starts with it (the list is the whole cluster's; parsing every job of
+        it was most of a changed poll's cost).
+        """
+        base, d = await self._base()
+        t_before = 0
+        if not d.clock_in_jobs:
+            t_before = await self._server_time(base)
+        if not d.update_time_query:
+            since = None  # the full list every time (see the dialect table)
+        params = {"update_time": str(since)} if since is not None else None
+        status, data = await self._request(
+            "GET", f"{base}/jobs", what="list jobs", params=params, allow_304=True,
+            keep_comment_prefix=comment_prefix,
+        )
+        if status == 304 or data is None:
+            return None, since if since is not None else 0
+        if since is not None and not d.idle_is_304 and dialects.no_changes(data):
+            return None, since
+        raw = [j for j in data.get("jobs") or [] if isinstance(j, Mapping)]
+        if comment_prefix is not None:  # usually done already while parsing (transport)
+            raw = jsonpool.keep_jobs(raw, comment_prefix)
+        jobs = [parse_job(j) for j in raw]
+        if d.clock_in_jobs:
+            t = num(data.get("last_update"))
+            if t <= 0:  # should not happen; fall back to the server's clock, never ours
+                t = await self._server_time(base)
+        else:
+            t = t_before
+        return jobs, t
+
+    async def job_states(self) -> dict[int, str]:
+        """GET /jobs/state (v0.0.40+): job id -> base state, without the job records."""
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/jobs/state", what="list job states")
+        out = {}
+        for j in (data or {}).get("jobs") or []:
+            if isinstance(j, Mapping):
+                out[num(j.get("job_id"))] = dialects._job_state(j.get("state"))[0]
+        return out
+
+    async def job(self, job_id: int) -> JobInfo | None:
+        base, _ = await self._base()
+        try:
+            _, data = await self._request("GET", f"{base}/job/{int(job_id)}", what=f"job {job_id}")
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if _ERRNO_INVALID_JOB_ID in e.errnos or e.status == 404:
+                return None
+            raise
+        for j in (data or {}).get("jobs") or []:
+            if isinstance(j, Mapping) and num(j.get("job_id")) == int(job_id):
+                return parse_job(j)
+        return None
+
+    async def cancel(self, job_id: int, signal: str = "KILL") -> None:
+        """Signal/cancel a job. A job that is gone or already ended is not an error."""
+        sig = signal.upper().removeprefix("SIG")
+        if not re.fullmatch(r"[A-Z0-9]{1,8}", sig):
+            raise ValueError(f"bad signal name {signal!r}")
+        base, _ = await self._base()
+        what = f"cancel job {job_id}"
+        try:
+            _, data = await self._request(
+                "DELETE", f"{base}/job/{int(job_id)}", what=what, params={"signal": sig})
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if _GONE.intersection(e.errnos) or any(
+                "already completing or completed" in m.lower() for m in e.errors
+            ):
+                return
+            raise
+        # v0.0.42+ answer 200 and say per job in status[] what went wrong
+        errs = status_errors(data or {})
+        if errs and not all(n in _GONE for _, n in errs):
+            err = SlurmError(f"{what} failed", 200, [t for t, _ in errs])
+            err.errnos = [n for _, n in errs if n is not None]
+            raise err
+
+    async def nodes(self) -> list[NodeInfo]:
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/nodes", what="list nodes")
+        return [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
+
+    async def partitions(self) -> list[PartitionInfo]:
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/partitions", what="list partitions")
+        return [
+            parse_partition(p)
+            for p in (data or {}).get("partitions") or []
+            if isinstance(p, Mapping)
+        ]
+
+    async def _update_node(self, node: str, body: dict[str, Any], what: str) -> None:
+        base, d = await self._base()
+        if not d.node_update:
+            raise NotImplementedError(
+                f"{what}: slurmrestd {d.version} (Slurm 22.05) has no node update endpoint "
+                "(only GET /node/{name}); POST /node/{name} exists from v0.0.39 (Slurm 23.02). "
+                "Use `scontrol update nodename=... state=drain` instead."
+            )
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", node):
+            raise ValueError(f"bad node name {node!r}")
+        await self._request("POST", f"{base}/node/{node}", what=what, body=body)
+
+    async def drain(self, node: str, reason: str) -> None:
+        if not reason:
+            raise ValueError("Slurm requires a reason to drain a node")
+        await self._update_node(
+            node, {"state": ["DRAIN"], "reason": reason}, f"drain node {node}"
+        )
+
+    async def resume(self, node: str) -> None:
+        await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}")
+
+
+def _job_id(data: Mapping[str, Any]) -> int:
+    job_id = num(data.get("job_id"), -1)
+    if job_id <= 0:
+        result = data.get("result")
+        if isinstance(result, Mapping):
+            job_id = num(result.get("job_id"), -1)
+    return job_id

@@ -1,0 +1,364 @@
+"""The REST dialects slurmgate speaks, and the ONE table of what differs between them.
+
+=========  ==========  =============================================================
+version    Slurm       served by
+=========  ==========  =============================================================
+v0.0.38    22.05       22.05 (tested: the host's Debian 12 package)
+v0.0.40    23.11       23.11, 24.05, 24.11 (tested against 24.11)
+v0.0.41    24.05       24.05, 24.11, 25.05 (tested against 24.11)
+v0.0.42    24.11       24.11 - 26.05 (tested against 24.11 and 26.05)
+v0.0.43    25.05       25.05 - 26.05 (tested against 26.05)
+v0.0.44    25.11       25.11, 26.05 (tested against 26.05)
+v0.0.45    26.05       26.05 (tested against 26.05)
+=========  ==========  =============================================================
+
+Everything that differs is a field of :class:`Dialect`; code elsewhere asks the dialect, never
+``if version``. Parsing is tolerant on top of that (both number forms and both state forms are
+read everywhere), so a server that mixes them does not break us.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from slurmgate.hostlist import expand
+from slurmgate.slurm import placeholder
+from slurmgate.slurm.models import (
+    JOB_FLAG_PRECEDENCE,
+    NODE_BASE_STATES,
+    JobInfo,
+    JobSpec,
+    NodeInfo,
+    PartitionInfo,
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    version: str
+    # Numbers as {"set", "infinite", "number"} objects (else plain ints, -1 = unset).
+    number_objects: bool
+    # How a submit asks for whole nodes: v0.0.38 `exclusive: "exclusive"` (what sbatch
+    # --exclusive sets); later `shared: ["none"]`. A server that does not know the field says so
+    # only in a warning, which the transport turns into an error.
+    exclusive: tuple[str, Any]
+    # Submit body: {"job": {"script": ...}} (else {"script": ..., "job": {...}}).
+    script_in_job: bool
+    # Environment as ["K=V", ...] (else {"K": "V"}).
+    environment_list: bool
+    # Node count: minimum_nodes/maximum_nodes (else an integer `nodes`).
+    node_range: bool
+    # GPUs: tres_per_node "gres/gpu:N" (else gres "gpu:N").
+    gpus_as_tres: bool
+    # The server's clock for the next update_time: from the jobs answer's last_update (else
+    # GET /diag req_time, taken BEFORE the list so it is never later than the list).
+    clock_in_jobs: bool
+    # GET /jobs?update_time=<epoch> works. 24.11's v0.0.40/v0.0.41 answer it 422 ("Parsing of
+    # <T> for timestamp failed"): there every poll is the full list.
+    update_time_query: bool
+    # An unchanged GET /jobs?update_time=T: 304 without a body (else 200, "jobs": [] and a
+    # warning "No job changes since ...", with last_update 0).
+    idle_is_304: bool
+    # POST /node/{name} exists (drain/resume over REST; else scontrol).
+    node_update: bool
+    # DELETE /job/{id} reports per-job errors in status[].error (else in errors[]).
+    cancel_status: bool
+    # Partitions carry their flags (DEFAULT). v0.0.40-v0.0.44 do not: there the default
+    # partition is unknown over REST and the webhook needs DEFAULT_PARTITION.
+    partition_flags: bool
+
+
+_V38 = Dialect(
+    "v0.0.38", number_objects=False, exclusive=("exclusive", "exclusive"), script_in_job=False,
+    environment_list=False, node_range=False, gpus_as_tres=False, clock_in_jobs=False,
+    update_time_query=True, idle_is_304=True, node_update=False, cancel_status=False,
+    partition_flags=True)
+_V42 = Dialect(
+    "v0.0.42", number_objects=True, exclusive=("shared", ["none"]), script_in_job=True,
+    environment_list=True, node_range=True, gpus_as_tres=True, clock_in_jobs=True,
+    update_time_query=True, idle_is_304=False, node_update=True, cancel_status=True,
+    partition_flags=False)
+
+DIALECTS: dict[str, Dialect] = {
+    "v0.0.38": _V38,
+    # recorded from 24.11: a DELETE of a missing job answers 200 with neither status[] nor
+    # errors[], and update_time cannot be given
+    "v0.0.40": replace(_V42, version="v0.0.40", cancel_status=False, update_time_query=False),
+    "v0.0.41": replace(_V42, version="v0.0.41", cancel_status=False, update_time_query=False),
+    "v0.0.42": _V42,
+    "v0.0.43": replace(_V42, version="v0.0.43"),
+    "v0.0.44": replace(_V42, version="v0.0.44"),
+    "v0.0.45": replace(_V42, version="v0.0.45", partition_flags=True),
+}
+# Newest first: detection picks the first one the server offers.
+SUPPORTED_VERSIONS: tuple[str, ...] = tuple(sorted(
+    DIALECTS, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)), reverse=True))
+
+
+def dialect(version: str) -> Dialect:
+    try:
+        return DIALECTS[version]
+    except KeyError:
+        raise ValueError(
+            f"unsupported Slurm REST version {version!r}; supported: "
+            f"{', '.join(SUPPORTED_VERSIONS)}") from None
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def num(v: Any, default: int = 0) -> int:
+    """int from a plain number or a v0.0.40+ ``{"set", "infinite", "number"}`` object."""
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v)
+    if isinstance(v, Mapping):
+        if not v.get("set", True) or v.get("infinite", False):
+            return default
+        return num(v.get("number"), default)
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    return default
+
+
+def opt_num(v: Any) -> int | None:
+    """None for unset/infinite (and v0.0.38's -1/None), else the number."""
+    if v is None:
+        return None
+    if isinstance(v, Mapping):
+        if not v.get("set", True) or v.get("infinite", False):
+            return None
+        return opt_num(v.get("number"))
+    n = num(v, -1)
+    return None if n < 0 else n
+
+
+def strs(v: Any) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [v] if v else []
+    if isinstance(v, list | tuple):
+        return [str(x) for x in v if x is not None and str(x)]
+    return [str(v)]
+
+
+def _csv(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        return tuple(x.strip() for x in v.split(",") if x.strip())
+    return tuple(strs(v))
+
+
+def text(v: Any, default: str = "") -> str:
+    return default if v is None else str(v)
+
+
+def _number(d: Dialect, n: int) -> Any:
+    return {"set": True, "infinite": False, "number": n} if d.number_objects else n
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _job_state(v: Any) -> tuple[str, frozenset[str]]:
+    states = [s.upper() for s in strs(v)]
+    if not states:
+        return "UNKNOWN", frozenset()
+    flags = frozenset(states)
+    if len(states) == 1:
+        return states[0], flags
+    for f in JOB_FLAG_PRECEDENCE:
+        if f in flags:
+            return f, flags
+    return states[0], flags
+
+
+def _whole_nodes(d: Mapping[str, Any]) -> bool | None:
+    res = d.get("job_resources")
+    nodes = res.get("nodes") if isinstance(res, Mapping) else None
+    whole = nodes.get("whole") if isinstance(nodes, Mapping) else None
+    return whole if isinstance(whole, bool) else None
+
+
+def parse_job(d: Mapping[str, Any]) -> JobInfo:
+    state, flags = _job_state(d.get("job_state"))
+    nodes_raw = d.get("nodes")
+    try:
+        nodes = tuple(expand(nodes_raw if isinstance(nodes_raw, str) else None))
+    except ValueError:
+        nodes = ()
+    comment = d.get("comment")
+    return JobInfo(
+        job_id=num(d.get("job_id")),
+        name=text(d.get("name")),
+        state=state,
+        reason=text(d.get("state_reason"), "None") or "None",
+        nodes=nodes,
+        comment=comment if isinstance(comment, str) and comment else None,
+        partition=text(d.get("partition")),
+        submit_time=num(d.get("submit_time")),
+        start_time=num(d.get("start_time")),
+        end_time=num(d.get("end_time")),
+        state_flags=flags,
+        preempt_time=num(d.get("preempt_time")),
+        cpus=num(d.get("cpus")),
+        whole_nodes=_whole_nodes(d),
+    )
+
+
+def parse_node(d: Mapping[str, Any]) -> NodeInfo:
+    raw = [s.upper() for s in strs(d.get("state"))]
+    flags = {s.upper() for s in strs(d.get("state_flags"))}
+    base = next((s for s in raw if s in NODE_BASE_STATES), raw[0] if raw else "UNKNOWN")
+    flags |= {s for s in raw if s != base}
+    return NodeInfo(
+        name=text(d.get("name")),
+        state=base,
+        flags=frozenset(flags),
+        cpus=num(d.get("cpus")),
+        real_memory_mb=num(d.get("real_memory")),
+        partitions=tuple(strs(d.get("partitions"))),
+        reason=text(d.get("reason")),
+        features=_csv(d.get("features")),
+        gres=text(d.get("gres")),
+    )
+
+
+def parse_partition(d: Mapping[str, Any]) -> PartitionInfo:
+    nodes_v = d.get("nodes")
+    if isinstance(nodes_v, Mapping):  # v0.0.40+: {"configured": "n[1-4]", "total": 4, ...}
+        nodes_v = nodes_v.get("configured")
+    try:
+        nodes = tuple(expand(nodes_v if isinstance(nodes_v, str) else None))
+    except ValueError:
+        nodes = ()
+    part_v = d.get("partition")
+    part: Mapping[str, Any] = part_v if isinstance(part_v, Mapping) else {}
+    flags = {f.upper() for f in strs(d.get("flags"))} | {
+        f.upper() for f in strs(part.get("flags"))
+    }
+    if "max_time_limit" in d:  # v0.0.38: minutes, -1 = INFINITE
+        max_time = opt_num(d.get("max_time_limit"))
+    else:
+        max_v = d.get("maximums")
+        maximums: Mapping[str, Any] = max_v if isinstance(max_v, Mapping) else {}
+        max_time = opt_num(maximums.get("time"))
+    states = [s.upper() for s in strs(part.get("state") if part else d.get("state"))]
+    if "preemption_grace_time" in d:  # v0.0.38
+        grace = opt_num(d.get("preemption_grace_time"))
+    else:  # v0.0.40+: "grace_time": N (seconds)
+        grace = opt_num(d.get("grace_time"))
+    return PartitionInfo(
+        name=text(d.get("name")),
+        nodes=nodes,
+        default="DEFAULT" in flags,
+        max_time_minutes=max_time,
+        state=states[0] if states else "UNKNOWN",
+        grace_time_seconds=grace,
+    )
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def submit_body(d: Dialect, spec: JobSpec) -> dict[str, Any]:
+    """The JSON body for POST /job/submit: the placeholder's shape in this dialect."""
+    spec.check()
+    job: dict[str, Any] = {
+        "name": spec.name,
+        "comment": spec.comment,
+        "minimum_cpus_per_node": spec.cpus,
+        "tasks": spec.nodes,
+        "requeue": False,
+        "current_working_directory": placeholder.CWD,
+        "memory_per_node": _number(d, spec.memory_mb),
+    }
+    if placeholder.EXCLUSIVE:
+        key, value = d.exclusive
+        job[key] = value
+    env = placeholder.ENVIRONMENT
+    job["environment"] = [f"{k}={v}" for k, v in env.items()] if d.environment_list else dict(env)
+    if d.node_range:
+        job["minimum_nodes"] = spec.nodes
+        job["maximum_nodes"] = spec.nodes
+    else:
+        job["nodes"] = spec.nodes
+    if spec.gpus:
+        if d.gpus_as_tres:
+            job["tres_per_node"] = f"gres/gpu:{spec.gpus}"
+        else:
+            job["gres"] = f"gpu:{spec.gpus}"
+    if spec.time_limit_minutes is not None:
+        job["time_limit"] = _number(d, spec.time_limit_minutes)
+    for key, val in (
+        ("partition", spec.partition),
+        ("qos", spec.qos),
+        ("account", spec.account),
+        ("constraints", spec.constraint),
+    ):
+        if val:
+            job[key] = val
+    if spec.nice is not None:
+        job["nice"] = spec.nice
+    if d.script_in_job:
+        job["script"] = placeholder.SCRIPT
+        return {"job": job}
+    return {"script": placeholder.SCRIPT, "job": job}
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def error_text(e: Any) -> tuple[str, int | None]:
+    """One entry of errors[] / warnings[] (or a DELETE's status[].error) as text and errno."""
+    if not isinstance(e, Mapping):
+        return str(e), None
+    n = e.get("error_number", e.get("error_code", e.get("errno", e.get("code"))))
+    errno = n if isinstance(n, int) else None
+    desc = text(e.get("description") or e.get("message"))
+    err = text(e.get("error") or e.get("string"))
+    out = desc or err or "unknown error"
+    if desc and err and err not in desc:
+        out = f"{desc}: {err}"
+    src = text(e.get("source"))
+    if src:
+        out += f" [{src}]"
+    if errno is not None and errno != 0:
+        out += f" (errno {errno})"
+    return out, errno
+
+
+def body_warnings(data: Mapping[str, Any]) -> list[str]:
+    """Warnings that point into the request body (source "#/job/exclusive/", ...): slurmrestd
+    ignored or misread a field we sent. Other warnings (e.g. "No job changes since") are not."""
+    out = []
+    for w in data.get("warnings") or []:
+        if isinstance(w, Mapping) and text(w.get("source")).startswith("#/"):
+            out.append(error_text(w)[0])
+    return out
+
+
+def status_errors(data: Mapping[str, Any]) -> list[tuple[str, int | None]]:
+    """Per-job errors of a DELETE /job answer (v0.0.42+ status[].error, code 0 = none)."""
+    out = []
+    for st in data.get("status") or []:
+        err = st.get("error") if isinstance(st, Mapping) else None
+        if isinstance(err, Mapping) and num(err.get("code")) != 0:
+            out.append(error_text(err))
+    return out
+
+
+def no_changes(data: Mapping[str, Any]) -> bool:
+    """A 200 answer to GET /jobs?update_time=T that means "nothing changed" (v0.0.40+)."""
+    if data.get("jobs"):
+        return False
+    if num(data.get("last_update")) <= 0:
+        return True
+    return any("No job changes since" in text(w.get("description"))
+               for w in data.get("warnings") or [] if isinstance(w, Mapping))

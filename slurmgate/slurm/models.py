@@ -1,0 +1,169 @@
+"""What slurmgate knows of Slurm: job, node and partition records, errors, and THE job-state
+model every other module uses (never a second list of states elsewhere)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Base job states in which Slurm holds no resources for the job any more. PREEMPTED is here:
+# once Slurm reports it as the base state the job's processes are gone (while a preempted job
+# still runs out its GraceTime, Slurm reports RUNNING or COMPLETING, plus preempt_time).
+ENDED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
+# Flags that take precedence over the base state in the v0.0.38 single-string form; the list
+# form (v0.0.40+) is reduced to one state in this order, so both read alike.
+JOB_FLAG_PRECEDENCE = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
+NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    comment: str
+    memory_mb: int
+    cpus: int
+    gpus: int = 0
+    nodes: int = 1
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    time_limit_minutes: int | None = None
+    constraint: str | None = None
+    nice: int | None = None
+
+    def check(self) -> None:
+        if self.memory_mb <= 0:
+            raise ValueError(f"memory_mb must be > 0, got {self.memory_mb}")
+        if self.cpus <= 0:
+            raise ValueError(f"cpus must be > 0, got {self.cpus}")
+        if self.nodes <= 0:
+            raise ValueError(f"nodes must be > 0, got {self.nodes}")
+        if self.gpus < 0:
+            raise ValueError(f"gpus must be >= 0, got {self.gpus}")
+        if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
+            raise ValueError(f"time_limit_minutes must be > 0, got {self.time_limit_minutes}")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: int
+    name: str
+    state: str
+    reason: str
+    nodes: tuple[str, ...]
+    comment: str | None
+    partition: str
+    submit_time: int
+    start_time: int
+    end_time: int
+    # Every state/flag Slurm reported (v0.0.40+ list form; {state} for v0.0.38).
+    state_flags: frozenset[str] = frozenset()
+    # When Slurm decided to preempt the job (0 = never); set before the state changes.
+    preempt_time: int = 0
+    # CPUs Slurm allocated (all of each node's CPUs for an exclusive job); 0 while pending.
+    cpus: int = 0
+    # Slurm gave the job whole nodes (v0.0.41+ job_resources.nodes.whole; None = not said).
+    whole_nodes: bool | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Slurm holds no resources for the job any more (unknown states count as active)."""
+        return self.state in ENDED_STATES
+
+    @property
+    def active(self) -> bool:
+        """Slurm holds, or may still hold, resources for the job."""
+        return not self.ended
+
+    @property
+    def preempted(self) -> bool:
+        return self.preempt_time > 0 or "PREEMPTED" in self.state_flags or (
+            self.state == "PREEMPTED"
+        )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str
+    flags: frozenset[str]
+    cpus: int
+    real_memory_mb: int
+    partitions: tuple[str, ...]
+    reason: str
+    features: tuple[str, ...]
+    gres: str
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    nodes: tuple[str, ...]
+    default: bool
+    max_time_minutes: int | None
+    state: str
+    # Slurm's preemption GraceTime: how long a preempted job may run on after SIGTERM
+    grace_time_seconds: int | None = None
+
+
+class SlurmError(Exception):
+    """slurmrestd or slurmctld refused a request. ``errors`` holds Slurm's own messages."""
+
+    def __init__(
+        self, message: str, status: int | None = None, errors: list[str] | None = None
+    ) -> None:
+        self.message = message
+        self.status = status
+        self.errors = list(errors or [])
+        self.errnos: list[int] = []
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        s = self.message
+        if self.status is not None:
+            s += f" (HTTP {self.status})"
+        if self.errors:
+            s += ": " + "; ".join(self.errors)
+        return s
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmrestd/slurmctld cannot be reached (connection refused, timeout, 5xx): retry later."""
+
+
+class SlurmIgnoredField(SlurmError):
+    """slurmrestd accepted a request but dropped or misread a field we sent (a warning that
+    points into our body). Never a silent downgrade: e.g. a dropped exclusive flag would let a
+    Slurm job share the Node with a Pod. ``answer`` is the 2xx answer all the same (a submit
+    may have created a job, which the caller must cancel)."""
+
+    def __init__(self, message: str, status: int | None, errors: list[str],
+                 answer: dict[str, Any]) -> None:
+        super().__init__(message, status, errors)
+        self.answer = answer

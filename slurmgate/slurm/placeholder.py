@@ -1,0 +1,44 @@
+"""The placeholder job for a Pod: its whole shape lives here (webhook and binder both submit).
+
+Every dialect renders these values (slurmgate.slurm.dialects); nothing from a Pod ever reaches
+the script or a shell, only JSON fields.
+"""
+
+from __future__ import annotations
+
+from slurmgate import contract
+from slurmgate.podrequest import PodRequest
+from slurmgate.slurm.models import JobSpec
+
+# The placeholder holds the allocation for a Pod. It ignores SIGTERM (and its `sleep` child
+# inherits the ignored disposition), so on preemption it survives Slurm's SIGTERM through
+# GraceTime until the binder, once the Pod is gone, cancels the job with SIGKILL. At the end of
+# GraceTime Slurm itself sends SIGKILL (every version), which no trap can outlive.
+SCRIPT = (
+    "#!/bin/sh\n"
+    "# slurmgate placeholder: holds this allocation for a Kubernetes Pod.\n"
+    "# SIGTERM (preemption) is ignored; slurmgate ends the job with SIGKILL once the Pod is gone.\n"
+    "trap '' TERM\n"
+    "while :; do sleep 3600; done\n"
+)
+PATH = "/usr/local/bin:/usr/bin:/bin"
+CWD = "/tmp"
+ENVIRONMENT = {"PATH": PATH}
+# Whole nodes, always: a Node runs either a Slurm job or a Pod, never both.
+EXCLUSIVE = True
+
+
+def pod_display_name(meta: dict) -> str:
+    """The Pod's name, or `generateName*` at admission time when the name is not known yet."""
+    return meta.get("name") or f"{meta.get('generateName', '')}*"
+
+
+def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec:
+    # One node, exclusive (JobSpec's contract): a Node runs a Slurm job or a Pod, never both.
+    return JobSpec(
+        name=f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200],
+        comment=contract.job_comment(claim, namespace, display),
+        memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, nodes=1,
+        partition=r.partition, qos=r.qos, account=r.account,
+        time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
+    )

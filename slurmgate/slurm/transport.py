@@ -1,0 +1,175 @@
+"""HTTP to slurmrestd: the token, one aiohttp session, and how an answer becomes data or an
+error. Every answer's ``errors`` are read, and so are ``warnings`` that point into the request
+body: slurmrestd answers 200 while ignoring a field it does not know."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from slurmgate import jsonpool
+from slurmgate.slurm.dialects import body_warnings, error_text
+from slurmgate.slurm.models import SlurmError, SlurmIgnoredField, SlurmUnavailable
+
+log = logging.getLogger("slurmgate.slurm")
+
+# Slurm error numbers meaning "slurmctld could not be reached", not "your request is wrong".
+_UNAVAILABLE_ERRNOS = frozenset(
+    {1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 1804, 5004, 5005, 110, 111, 113}
+)
+
+
+def _garbled(what: str, quoted: str) -> SlurmError:
+    errnos = [int(n) for n in re.findall(r'error_number\\*"?:\s*(\d+)', quoted)]
+    descs = re.findall(r'"error\\*"?:\s*\\*"([^"\\]+)', quoted)
+    err = SlurmError(f"{what}: slurmrestd sent a malformed HTTP answer", None,
+                     descs or [quoted[:300]])
+    err.errnos = errnos
+    return err
+
+
+class Token:
+    """Token file cache: re-read when the file changes (a rotated Secret), never logged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._key: tuple[int, int, int] | None = None
+        self._value = ""
+
+    def get(self) -> str:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise SlurmError(f"cannot read Slurm token file {self.path}: {e}") from None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._key:
+            try:
+                raw = self.path.read_text()
+            except OSError as e:
+                raise SlurmError(f"cannot read Slurm token file {self.path}: {e}") from None
+            tok = raw.strip()
+            if tok.startswith("SLURM_JWT="):  # raw `scontrol token` output
+                tok = tok[len("SLURM_JWT=") :].strip()
+            if not tok:
+                raise SlurmError(f"Slurm token file {self.path} is empty")
+            self._value = tok
+            self._key = key
+        return self._value
+
+    def invalidate(self) -> None:
+        self._key = None
+
+
+class Transport:
+    def __init__(self, base_url: str, token_file: Path | str, user: str, timeout: float,
+                 connections: int) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.user = user
+        self.token = Token(Path(token_file))
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections),
+                timeout=self.timeout,
+            )
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "X-SLURM-USER-NAME": self.user,
+            "X-SLURM-USER-TOKEN": self.token.get(),
+            "Accept": "application/json",
+        }
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        allow_304: bool = False,
+        keep_comment_prefix: str | None = None,
+    ) -> tuple[int, dict[str, Any] | None]:
+        """One request; returns (status, parsed JSON or None for 304). Raises SlurmError.
+
+        ``keep_comment_prefix``: of a job list keep only the jobs whose comment starts with
+        it (dropped while parsing, which big bodies do in a worker process).
+        A 2xx answer whose warnings point into ``body`` raises SlurmIgnoredField, with the
+        parsed answer in ``.answer`` (a submit may have created a job all the same)."""
+        url = f"{self.base_url}{path}"
+        try:
+            async with self.session().request(
+                method, url, params=params, json=body, headers=self._headers()
+            ) as resp:
+                status = resp.status
+                if status == 304 and allow_304:
+                    return status, None
+                raw = await resp.read()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            raise SlurmUnavailable(
+                f"{what}: cannot reach slurmrestd at {self.base_url}: {e}"
+            ) from None
+        except aiohttp.ClientResponseError as e:
+            # slurmrestd 26.05 answers some 404s with the body BEFORE the status line; aiohttp
+            # refuses the message but quotes it, and Slurm's error numbers are in the quote
+            raise _garbled(what, str(e.message)) from None
+        except TimeoutError:
+            raise SlurmUnavailable(
+                f"{what}: slurmrestd at {self.base_url} did not answer within "
+                f"{self.timeout.total}s"
+            ) from None
+        data: dict[str, Any] | None
+        try:
+            parsed = await jsonpool.load_async(raw, keep_comment_prefix)
+            data = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            data = None
+        snippet = raw[:4096].decode("utf-8", errors="replace")  # for error messages only
+        if status in (401, 403):
+            self.token.invalidate()
+        errors: list[str] = []
+        errnos: list[int] = []
+        if data is not None:
+            for item in data.get("errors") or []:
+                t, n = error_text(item)
+                errors.append(t)
+                if n is not None:
+                    errnos.append(n)
+        if 200 <= status < 300 and data is None:
+            raise SlurmError(f"{what}: slurmrestd sent no JSON object", status, [snippet[:200]])
+        if 200 <= status < 300 and not errors:
+            ignored = body_warnings(data or {}) if body is not None else []
+            if ignored:
+                raise SlurmIgnoredField(
+                    f"{what}: slurmrestd ignored or misread fields we sent", status, ignored,
+                    data or {})
+            return status, data
+        if not errors and snippet.strip():
+            errors = [snippet.strip()[:500]]
+        unavailable = (
+            status in (502, 503, 504)
+            or (status >= 500 and data is None)
+            or any(n in _UNAVAILABLE_ERRNOS for n in errnos)
+            or any("Unable to contact slurm controller" in e for e in errors)
+        )
+        cls = SlurmUnavailable if unavailable else SlurmError
+        e2 = cls(f"{what} failed", status, errors)
+        e2.errnos = errnos
+        raise e2
