@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import aiohttp
 
@@ -79,13 +76,8 @@ async def measure(c: cluster_slurm.SlurmCluster, jobs: int, n: int) -> list[str]
 
 
 def run_one(version: str, jobs: int, n: int) -> list[str]:
-    run_dir = Path(tempfile.mkdtemp(prefix="slurmgate-pollcost-", dir="/tmp"))
-    try:
-        c = cluster_slurm.start(run_dir, n_nodes=4, base_port=BASE_PORT, version=version)
+    with cluster_slurm.throwaway("slurmgate-pollcost-", BASE_PORT, version=version) as c:
         return asyncio.run(measure(c, jobs, n))
-    finally:
-        cluster_slurm.stop(run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def main() -> None:

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from cluster import proc, slurm_release
 from cluster import slurm as cluster_slurm
@@ -98,14 +95,9 @@ async def timeline(c: cluster_slurm.SlurmCluster, limit: float) -> list[str]:
 
 
 def run_one(version: str, grace: int, limit: float) -> list[str]:
-    run_dir = Path(tempfile.mkdtemp(prefix="slurmgate-preempt-", dir="/tmp"))
-    try:
-        c = cluster_slurm.start(run_dir, n_nodes=4, base_port=BASE_PORT, version=version,
-                                grace_time=grace)
+    with cluster_slurm.throwaway("slurmgate-preempt-", BASE_PORT, version=version,
+                                grace_time=grace) as c:
         return asyncio.run(timeline(c, limit))
-    finally:
-        cluster_slurm.stop(run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Our Slurm jobs, kept current by polling slurmrestd with update_time.
 
-An idle poll is a 304 with no body, so polling often costs nearly nothing; the interval still
-backs off when nothing of ours is in flight. A changed list is diffed so only Pods whose job
+An idle poll costs nearly nothing (22.05: a 304 with no body; 24.11+: a 200 with an empty list,
+which the client reports as "not modified" too); the interval still backs off when nothing of
+ours is in flight. A changed list is diffed so only Pods whose job
 changed are reconciled: work follows changes, not the number of Pods.
 """
 
