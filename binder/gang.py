@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from binder.state import ENDING, WAITING, World, holds_node, is_gated, job_status
+from binder.state import World, end_reason, holds_node, is_gated, job_status
 from slurmgate import contract
 from slurmgate.kube import parse_time
-from slurmgate.slurm import JobInfo
+from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 
 NOTHING, WAIT, SUBMIT, STATUS, BIND, RELEASE, EVICT = (
     "Nothing", "Wait", "Submit", "UpdateStatus", "Bind", "Release", "Evict")
@@ -110,13 +110,12 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
                 reason=contract.EV_JOB_VANISHED,
                 message=f"the group's job is no longer known to Slurm (claim {claim[:8]})")
         active = holds_node(job)
-        if job.state in ENDING or job.preempted:
+        if job.state in ENDING_STATES or job.preempted:
             targets = tuple(p for p in holders_live)
             if not targets:
                 return GroupDecision(NOTHING)
-            reason = contract.EV_JOB_PREEMPTED if job.preempted or job.state == "PREEMPTED" else (
-                contract.EV_JOB_CANCELLED if job.state == "CANCELLED" else contract.EV_JOB_ENDED)
-            return GroupDecision(EVICT, evict=targets, reason=reason, status=job_status(job),
+            return GroupDecision(EVICT, evict=targets, reason=end_reason(job),
+                                 status=job_status(job),
                                  message=f"the group's Slurm job {job.job_id} is {job.state}; "
                                          "every member is evicted")
         succeeded = sum(1 for p in holders if (p.get("status") or {}).get("phase") == "Succeeded")
@@ -129,7 +128,7 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
                 cancel=None if running else job, reason=contract.EV_GROUP_RELEASED,
                 message=f"a member of the group left ({len(holders_live)}/{size} remain); the "
                         f"group is released and job {job.job_id} cancelled")
-        if job.state in WAITING:
+        if job.state in WAITING_STATES:
             st = job_status(job)
             st.pop(contract.A_SLURM_NODE, None)
             stale = tuple(p for p in holders_live
@@ -138,7 +137,7 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
                 return GroupDecision(NOTHING)
             return GroupDecision(STATUS, members=stale, status=st, reason=contract.EV_JOB_PENDING,
                                  message=f"group job {job.job_id} {job.state}: {job.reason}")
-        if job.state == "RUNNING":
+        if job.state == RUNNING:
             if len(job.nodes) < size:
                 return GroupDecision(WAIT, requeue_after=0.5)
             binds = []

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from binder import gang, metrics, state
 from slurmgate import contract, podrequest
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmError
+from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmError
 from slurmgate.slurm.placeholder import job_spec
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class GangReconciler:
         for claim, job in self.b.jobs.by_claim.items():
             if (contract.group_from_comment(job.comment) == gkey
                     and claim not in self.b.key_by_claim
-                    and job.state not in state.ENDING):
+                    and job.state not in ENDING_STATES):
                 return job
         return None
 
@@ -132,7 +132,7 @@ class GangReconciler:
         now = str(int(time.time()))
         await asyncio.gather(*(b._set_status(p, {
             contract.A_CLAIM: claim, contract.A_JOB_ID: str(job_id),
-            contract.A_JOB_STATE: "PENDING", contract.A_SUBMITTED_AT: now,
+            contract.A_JOB_STATE: PENDING, contract.A_SUBMITTED_AT: now,
             contract.A_GROUP_INDEX: str(rank)}) for rank, p in enumerate(members)))
         b.jobs.kick()
         await asyncio.gather(*(b.events.emit(

@@ -22,7 +22,7 @@ from binder.workqueue import WorkQueue
 from slurmgate import contract, faults, podrequest
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
+from slurmgate.slurm import PENDING, RUNNING, STOPPING_STATES, JobInfo, SlurmClient, SlurmError
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.binder")
@@ -223,7 +223,7 @@ class Binder:
             await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
             raise
         await self._set_status(pod, {contract.A_JOB_ID: str(job_id),
-                                     contract.A_JOB_STATE: "PENDING",
+                                     contract.A_JOB_STATE: PENDING,
                                      contract.A_JOB_REASON: "",
                                      contract.A_SUBMITTED_AT: str(int(time.time()))})
         self.jobs.kick()
@@ -333,9 +333,9 @@ class Binder:
         for claim, job in list(self.jobs.by_claim.items()):
             key = self.key_by_claim.get(claim)
             if key is None:
-                # COMPLETING: already ending (usually our own KILL); cancelling again only
-                # costs slurmctld an RPC
-                if job.state in state.ENDING - {"PREEMPTED"}:
+                # already ending (usually our own KILL): cancelling again only costs
+                # slurmctld an RPC
+                if job.state in STOPPING_STATES:
                     continue
                 # Pod never appeared (admission rejected later) or vanished while we were down
                 if job.submit_time and now - job.submit_time > self.orphan_grace:
@@ -347,7 +347,7 @@ class Binder:
                 continue
             gated += 1
             seen = self.jobs.seen_running_at.get(job.job_id)
-            if job.state == "RUNNING" and seen and time.monotonic() - seen > STUCK_AFTER:
+            if job.state == RUNNING and seen and time.monotonic() - seen > STUCK_AFTER:
                 stuck += 1
                 self.queue.add(self._item(key, pod))
         metrics.GATED.set(gated)

@@ -17,7 +17,7 @@ from typing import Any
 from slurmgate import contract, faults, groups, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
-from slurmgate.slurm import JobSpec, SlurmError, SlurmUnavailable
+from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 from webhook import metrics
 from webhook.patch import gate_pod
@@ -249,7 +249,7 @@ class Admitter:
             metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
-        annotations[contract.A_JOB_STATE] = "PENDING"
+        annotations[contract.A_JOB_STATE] = PENDING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         metrics.DECISIONS.labels("gated").inc()
         log.info("placeholder job submitted",
