@@ -20,11 +20,9 @@ from cluster.bridge import Bridge
 from cluster.local import Local
 from slurmgate import contract, scontrol
 from slurmgate.kube import KubeClient, KubeError, load_config, pod_path
-from slurmgate.slurm import JobInfo, JobSpec, SlurmClient
+from slurmgate.slurm import PENDING, RUNNING, JobInfo, JobSpec, SlurmClient
 
 BENCH_LABEL = "slurmgate-bench"
-ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
-                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"})
 
 
 def pod_manifest(name: str, marked: bool, run: str) -> dict[str, Any]:
@@ -219,7 +217,7 @@ class Env:
             except Exception:  # slurmctld busy: look again
                 await asyncio.sleep(1.0)
                 continue
-            active = [j for j in jobs or [] if j.state not in ENDED]
+            active = [j for j in jobs or [] if j.active]
             busy = [n for n in nodes if n.state != "IDLE" or "COMPLETING" in n.flags]
             drained = [n for n in nodes if ("DRAIN" in n.flags or n.state.startswith("DRAIN"))
                        and not (n.reason or "").startswith(contract.DRAIN_REASON_PREFIX)]
@@ -233,7 +231,7 @@ class Env:
                                          "at": time.strftime("%H:%M:%S")})
             if not active and not busy and not drained:
                 return time.monotonic() - t0
-            live = [j for j in active if j.state in ("RUNNING", "PENDING")]
+            live = [j for j in active if j.state in (RUNNING, PENDING)]
             now = time.monotonic()
             if live and now - t0 > recancel_after and now - last_cancel > recancel_after:
                 last_cancel = now
@@ -364,7 +362,7 @@ class JobPoller:
             await asyncio.sleep(max(self.interval, min(1.0, time.monotonic() - t0)))
 
     def _see(self, j: JobInfo, now: float) -> None:
-        if j.state == "RUNNING" and j.job_id not in self.running_at:
+        if j.state == RUNNING and j.job_id not in self.running_at:
             self.running_at[j.job_id] = now
 
     async def wait_running(self, ids: set[int], limit: float) -> bool:

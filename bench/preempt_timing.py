@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from cluster import proc, slurm_release
 from cluster import slurm as cluster_slurm
-from slurmgate.slurm import JobSpec, SlurmClient
+from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
 
 BASE_PORT = 17900
 
@@ -49,7 +49,7 @@ async def timeline(c: cluster_slurm.SlurmCluster, limit: float) -> list[str]:
 
         async def all_running() -> bool:
             jobs = [await client.job(i) for i in ids]
-            if not all(j is not None and j.state == "RUNNING" for j in jobs):
+            if not all(j is not None and j.state == RUNNING for j in jobs):
                 return False
             # and their processes up, before the clock starts
             return all([await asyncio.to_thread(job_pids, c, i) for i in ids])
@@ -73,7 +73,7 @@ async def timeline(c: cluster_slurm.SlurmCluster, limit: float) -> list[str]:
             jobs = {i: await client.job(i) for i in [*ids, hpc]}
             for i in ids:
                 j = jobs[i]
-                if j and (j.preempted or j.state != "RUNNING") and victim is None:
+                if j and (j.preempted or j.state != RUNNING) and victim is None:
                     victim = i
             if victim is not None:
                 v = jobs[victim]
@@ -85,7 +85,7 @@ async def timeline(c: cluster_slurm.SlurmCluster, limit: float) -> list[str]:
                 if not await asyncio.to_thread(job_pids, c, victim):
                     note("gone", f"victim {victim}: processes gone")
             h = jobs[hpc]
-            if h and h.state == "RUNNING":
+            if h and h.state == RUNNING:
                 note("hpc", f"hpc {hpc}: RUNNING on {','.join(h.nodes)}")
                 break
             await asyncio.sleep(0.1)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from binder.state import ENDING, WAITING, World, holds_node, is_gated, job_status
+from binder.state import World, end_reason, holds_node, is_gated, job_status
 from slurmgate import contract
 from slurmgate.kube import parse_time
-from slurmgate.slurm import JobInfo
+from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 
 NOTHING, WAIT, SUBMIT, STATUS, BIND, RELEASE, EVICT = (
     "Nothing", "Wait", "Submit", "UpdateStatus", "Bind", "Release", "Evict")
@@ -83,7 +83,7 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
         for old in {c for p in members if (c := _ann(p).get(contract.A_CLAIM))}:
             j = job_of(old)
             if j is not None and holds_node(j):
-                return GroupDecision(RELEASE, cancel=j, reason="GroupReleased",
+                return GroupDecision(RELEASE, cancel=j, reason=contract.EV_GROUP_RELEASED,
                                      message=f"no member of the group runs any more; "
                                              f"cancelled job {j.job_id}")
     job = job_of(claim) if claim else None
@@ -106,16 +106,16 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
             # the job is gone: evict what runs, let the rest wait for a new job
             return GroupDecision(
                 RELEASE, evict=tuple(p for p in holders_live if bound(p)),
-                clear=tuple(p for p in holders_live if not bound(p)), reason="SlurmJobVanished",
+                clear=tuple(p for p in holders_live if not bound(p)),
+                reason=contract.EV_JOB_VANISHED,
                 message=f"the group's job is no longer known to Slurm (claim {claim[:8]})")
         active = holds_node(job)
-        if job.state in ENDING or job.preempted:
+        if job.state in ENDING_STATES or job.preempted:
             targets = tuple(p for p in holders_live)
             if not targets:
                 return GroupDecision(NOTHING)
-            reason = "SlurmJobPreempted" if job.preempted or job.state == "PREEMPTED" else (
-                "SlurmJobCancelled" if job.state == "CANCELLED" else "SlurmJobEnded")
-            return GroupDecision(EVICT, evict=targets, reason=reason, status=job_status(job),
+            return GroupDecision(EVICT, evict=targets, reason=end_reason(job),
+                                 status=job_status(job),
                                  message=f"the group's Slurm job {job.job_id} is {job.state}; "
                                          "every member is evicted")
         succeeded = sum(1 for p in holders if (p.get("status") or {}).get("phase") == "Succeeded")
@@ -125,19 +125,19 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
             running = tuple(p for p in holders_live if bound(p))
             return GroupDecision(
                 RELEASE, evict=running, clear=tuple(p for p in holders_live if not bound(p)),
-                cancel=None if running else job, reason="GroupReleased",
+                cancel=None if running else job, reason=contract.EV_GROUP_RELEASED,
                 message=f"a member of the group left ({len(holders_live)}/{size} remain); the "
                         f"group is released and job {job.job_id} cancelled")
-        if job.state in WAITING:
+        if job.state in WAITING_STATES:
             st = job_status(job)
             st.pop(contract.A_SLURM_NODE, None)
             stale = tuple(p for p in holders_live
                           if any(_ann(p).get(k, "") != v for k, v in st.items()))
             if not stale:
                 return GroupDecision(NOTHING)
-            return GroupDecision(STATUS, members=stale, status=st, reason="SlurmJobPending",
+            return GroupDecision(STATUS, members=stale, status=st, reason=contract.EV_JOB_PENDING,
                                  message=f"group job {job.job_id} {job.state}: {job.reason}")
-        if job.state == "RUNNING":
+        if job.state == RUNNING:
             if len(job.nodes) < size:
                 return GroupDecision(WAIT, requeue_after=0.5)
             binds = []
@@ -147,31 +147,32 @@ def decide_group(members: list[dict[str, Any]], job_of: Callable[[str], JobInfo 
                 ref = w.node_for.get(slurm_node)
                 if ref is None:
                     return GroupDecision(WAIT, members=(p,), requeue_after=5.0,
-                                         reason="NodeNotFound",
+                                         reason=contract.EV_NODE_NOT_FOUND,
                                          message=f"Slurm allocated {slurm_node} but no Node has "
                                                  f"label {contract.NODE_LABEL}={slurm_node}")
                 if ref.unschedulable:
                     running = tuple(q for q in holders_live if bound(q))
                     return GroupDecision(
                         RELEASE, clear=tuple(q for q in holders_live if not bound(q)),
-                        cancel=None if running else job, reason="NodeCordoned", evict=running,
+                        cancel=None if running else job, evict=running,
+                        reason=contract.EV_NODE_CORDONED,
                         message=f"Slurm allocated {slurm_node} but Node {ref.name} is "
                                 f"cordoned; cancelled job {job.job_id}, the group waits again")
                 binds.append((p, ref.name, slurm_node))
             if not binds:
                 return GroupDecision(NOTHING)
             return GroupDecision(BIND, binds=tuple(binds), status=job_status(job),
-                                 reason="Bound", message=f"group job {job.job_id}")
+                                 reason=contract.EV_BOUND, message=f"group job {job.job_id}")
         return GroupDecision(NOTHING)
 
     # No job yet: submit once the whole group is there.
     if size and len(fresh) >= size:
-        return GroupDecision(SUBMIT, members=tuple(fresh[:size]), reason="SlurmJobSubmitted")
+        return GroupDecision(SUBMIT, members=tuple(fresh[:size]), reason=contract.EV_JOB_SUBMITTED)
     if fresh:
         oldest = min(_created(p) for p in fresh)
         if oldest and w.now - oldest > timeout:
             return GroupDecision(WAIT, members=tuple(fresh), requeue_after=timeout,
-                                 reason="GroupIncomplete",
+                                 reason=contract.EV_GROUP_INCOMPLETE,
                                  message=f"group has {len(fresh)} of {size} members after "
                                          f"{int(w.now - oldest)}s; its job is submitted when "
                                          "all are there")

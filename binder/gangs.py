@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from binder import gang, metrics, state
 from slurmgate import contract, podrequest
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmError
+from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmError
 from slurmgate.slurm.placeholder import job_spec
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class GangReconciler:
             assert job is not None
             await asyncio.gather(*(
                 b._bind(p, job, state.Decision(
-                    state.BIND, node=node, reason="Bound",
+                    state.BIND, node=node, reason=contract.EV_BOUND,
                     status={**d.status, contract.A_SLURM_NODE: slurm_node},
                     message=f"{d.message} allocated {slurm_node} (rank "
                             f"{gang.rank_key(p)[0]}); bound to Node {node}"), slurm_node)
@@ -78,9 +78,9 @@ class GangReconciler:
 
     async def _clear(self, pod: dict[str, Any], reason: str, message: str) -> None:
         """Send a gated member back to waiting for a new job of its group."""
-        await self.b._set_status(pod, {contract.A_CLAIM: "", contract.A_JOB_ID: "",
-                                       contract.A_JOB_REASON: "", contract.A_SLURM_NODE: "",
-                                       contract.A_JOB_STATE: "GroupPending"})
+        await self.b._set_status(pod, {
+            contract.A_CLAIM: "", **dict.fromkeys(contract.JOB_ANNOTATIONS, ""),
+            contract.A_JOB_STATE: contract.JOB_STATE_GROUP_PENDING})
         await self.b.events.emit(pod, reason, message, warning=True)
 
     def _adoptable(self, gkey: str) -> JobInfo | None:
@@ -89,7 +89,7 @@ class GangReconciler:
         for claim, job in self.b.jobs.by_claim.items():
             if (contract.group_from_comment(job.comment) == gkey
                     and claim not in self.b.key_by_claim
-                    and job.state not in state.ENDING):
+                    and job.state not in ENDING_STATES):
                 return job
         return None
 
@@ -102,7 +102,8 @@ class GangReconciler:
             reqs = [podrequest.from_pod(p, b.default_memory, b.default_partition)
                     for p in members]
         except podrequest.PodRequestError as e:
-            await asyncio.gather(*(b.events.emit(p, "InvalidSlurmRequest", str(e), warning=True)
+            await asyncio.gather(*(b.events.emit(p, contract.EV_INVALID_REQUEST, str(e),
+                                                 warning=True)
                                    for p in members))
             return
         # One node per member; each node sized for the largest member.
@@ -125,17 +126,17 @@ class GangReconciler:
             try:
                 job_id = await b.slurm.submit(spec)
             except SlurmError as e:
-                await asyncio.gather(*(b.events.emit(p, "SlurmSubmitFailed", str(e),
+                await asyncio.gather(*(b.events.emit(p, contract.EV_SUBMIT_FAILED, str(e),
                                                      warning=True) for p in members))
                 raise
         now = str(int(time.time()))
         await asyncio.gather(*(b._set_status(p, {
             contract.A_CLAIM: claim, contract.A_JOB_ID: str(job_id),
-            contract.A_JOB_STATE: "PENDING", contract.A_SUBMITTED_AT: now,
+            contract.A_JOB_STATE: PENDING, contract.A_SUBMITTED_AT: now,
             contract.A_GROUP_INDEX: str(rank)}) for rank, p in enumerate(members)))
         b.jobs.kick()
         await asyncio.gather(*(b.events.emit(
-            p, "SlurmJobSubmitted", f"group {group} complete ({len(members)} members): "
+            p, contract.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "
             f"{'adopted' if adopted else 'submitted'} job {job_id} for {len(members)} nodes; "
             f"this member is rank {rank}") for rank, p in enumerate(members)))
         log.info("group job submitted", extra=kv(group=gkey, job=job_id, nodes=len(members)))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from binder import metrics
 from slurmgate import contract
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmClient
+from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, JobInfo, SlurmClient
 
 log = logging.getLogger("slurmgate.jobs")
 
@@ -34,8 +34,8 @@ def _preferred(a: JobInfo, b: JobInfo) -> bool:
         return a.active
     if not a.active:
         return a.job_id > b.job_id
-    if (a.state == "RUNNING") != (b.state == "RUNNING"):
-        return a.state == "RUNNING"
+    if (a.state == RUNNING) != (b.state == RUNNING):
+        return a.state == RUNNING
     return a.job_id < b.job_id
 
 
@@ -92,7 +92,7 @@ class JobTracker:
         now = time.monotonic()
         changed = 0
         for claim, j in fresh.items():
-            if j.state == "RUNNING" and j.job_id not in self.seen_running_at:
+            if j.state == RUNNING and j.job_id not in self.seen_running_at:
                 self.seen_running_at[j.job_id] = now
             p = old.get(claim)
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
@@ -110,7 +110,7 @@ class JobTracker:
 
     def _in_flight(self) -> bool:
         return time.monotonic() < self.busy_until or any(
-            j.state in ("PENDING", "COMPLETING", "PREEMPTED") or j.preempted
+            j.state in IN_FLIGHT_STATES or j.preempted
             for j in self.by_claim.values())
 
     async def poll_once(self, since: int | None) -> int | None:

@@ -22,7 +22,7 @@ from binder.workqueue import WorkQueue
 from slurmgate import contract, faults, podrequest
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmClient, SlurmError
+from slurmgate.slurm import PENDING, RUNNING, STOPPING_STATES, JobInfo, SlurmClient, SlurmError
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.binder")
@@ -168,7 +168,7 @@ class Binder:
             self._announced[uid] = None
             if len(self._announced) > 100_000:
                 self._announced.clear()
-            await self.events.emit(pod, "SlurmJobSubmitted",
+            await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
                                    f"placeholder job {ann[contract.A_JOB_ID]} submitted at "
                                    f"admission", once=False)
         if d.action in (state.NOTHING, state.WAIT):
@@ -191,12 +191,12 @@ class Binder:
             await self._cancel(job, "pod_finished")
             await self.events.emit(pod, d.reason, d.message)
         elif d.action == state.SUBMIT:
-            await self._submit(pod, "SlurmJobSubmitted")
+            await self._submit(pod, contract.EV_JOB_SUBMITTED)
         elif d.action == state.RESUBMIT:
             if job is not None:
                 await self._cancel(job, "resubmit")
             await self.events.emit(pod, d.reason, d.message, warning=True)
-            await self._submit(pod, "SlurmJobSubmitted")
+            await self._submit(pod, contract.EV_JOB_SUBMITTED)
 
     async def _set_status(self, pod: dict[str, Any], status: dict[str, str]) -> None:
         meta = pod["metadata"]
@@ -208,22 +208,22 @@ class Binder:
         ann = meta.get("annotations") or {}
         claim = ann.get(contract.A_CLAIM)
         if not claim:
-            await self.events.emit(pod, "MissingClaim", "Pod has no slurmgate.io/claim "
+            await self.events.emit(pod, contract.EV_MISSING_CLAIM, f"Pod has no {contract.A_CLAIM} "
                                    "annotation (not admitted by the webhook?)", warning=True)
             return
         try:
             r = podrequest.from_pod(pod, self.default_memory, self.default_partition)
         except podrequest.PodRequestError as e:
-            await self.events.emit(pod, "InvalidSlurmRequest", str(e), warning=True)
+            await self.events.emit(pod, contract.EV_INVALID_REQUEST, str(e), warning=True)
             return
         spec = job_spec(r, claim, meta["namespace"], pod_display_name(meta))
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
-            await self.events.emit(pod, "SlurmSubmitFailed", str(e), warning=True)
+            await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
             raise
         await self._set_status(pod, {contract.A_JOB_ID: str(job_id),
-                                     contract.A_JOB_STATE: "PENDING",
+                                     contract.A_JOB_STATE: PENDING,
                                      contract.A_JOB_REASON: "",
                                      contract.A_SUBMITTED_AT: str(int(time.time()))})
         self.jobs.kick()
@@ -280,7 +280,7 @@ class Binder:
             metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
         log.info("pod bound", extra=kv(pod=f"{meta['namespace']}/{meta['name']}",
                                        node=d.node, job=job.job_id, slurm_node=slurm_node))
-        await self.events.emit(pod, "SlurmAllocated",
+        await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, d.reason, d.message)
 
@@ -303,14 +303,14 @@ class Binder:
             since = self._evict_refused_since.setdefault(key, time.monotonic())
             if time.monotonic() - since < EVICT_GRACE:
                 self.queue.add_after(self._item(key), 5.0)
-                await self.events.emit(pod, "EvictionRefused", f"{e.message}; retrying, "
+                await self.events.emit(pod, contract.EV_EVICTION_REFUSED, f"{e.message}; retrying, "
                                        f"deleting after {EVICT_GRACE:.0f}s", warning=True)
                 return
             await self.kube.delete(pod_path(meta["namespace"], meta["name"]),
                                    {"preconditions": {"uid": meta["uid"]}})
         self._evict_refused_since.pop(key, None)
         metrics.EVICTIONS.labels(d.reason).inc()
-        await self.events.emit(pod, "Evicted", f"evicted: {d.message}", warning=True)
+        await self.events.emit(pod, contract.EV_EVICTED, f"evicted: {d.message}", warning=True)
 
     # --- periodic sweeps (work proportional to our jobs, run rarely) ---
     async def sweep(self, interval: float = 10.0) -> None:
@@ -333,9 +333,9 @@ class Binder:
         for claim, job in list(self.jobs.by_claim.items()):
             key = self.key_by_claim.get(claim)
             if key is None:
-                # COMPLETING: already ending (usually our own KILL); cancelling again only
-                # costs slurmctld an RPC
-                if job.state in state.ENDING - {"PREEMPTED"}:
+                # already ending (usually our own KILL): cancelling again only costs
+                # slurmctld an RPC
+                if job.state in STOPPING_STATES:
                     continue
                 # Pod never appeared (admission rejected later) or vanished while we were down
                 if job.submit_time and now - job.submit_time > self.orphan_grace:
@@ -347,7 +347,7 @@ class Binder:
                 continue
             gated += 1
             seen = self.jobs.seen_running_at.get(job.job_id)
-            if job.state == "RUNNING" and seen and time.monotonic() - seen > STUCK_AFTER:
+            if job.state == RUNNING and seen and time.monotonic() - seen > STUCK_AFTER:
                 stuck += 1
                 self.queue.add(self._item(key, pod))
         metrics.GATED.set(gated)

@@ -10,31 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmgate import contract
-from slurmgate.slurm import JobInfo
-
-# Slurm states in which the job may still start or is running.
-WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
-                     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
-# The job is ending or ended: the Node is being taken back from the Pod.
-ENDING = frozenset({"COMPLETING", "PREEMPTED", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT",
-                    "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED",
-                    "SPECIAL_EXIT"})
-
-# Ended for good: Slurm holds nothing for the job any more. COMPLETING and PREEMPTED still hold
-# the node (the placeholder outlives SIGTERM), so they need our KILL.
-RELEASED = ENDING - {"COMPLETING", "PREEMPTED"}
+from slurmgate.slurm import ENDING_STATES, RELEASED_STATES, RUNNING, WAITING_STATES, JobInfo
 
 
 def holds_node(job: JobInfo) -> bool:
-    return job.state not in RELEASED
+    """The job's placeholder may still be on its Node: releasing it takes our KILL."""
+    return job.state not in RELEASED_STATES
 
 
+# The Event reason that tells a user why Slurm took the Node back, by the job's end state.
+# PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still
+# RUNNING through its GraceTime.
 END_REASONS = {
-    "PREEMPTED": "SlurmJobPreempted",
-    "CANCELLED": "SlurmJobCancelled",
-    "TIMEOUT": "SlurmJobTimeLimit",
-    "DEADLINE": "SlurmJobTimeLimit",
-    "NODE_FAIL": "SlurmNodeFailed",
+    "CANCELLED": contract.EV_JOB_CANCELLED,
+    "TIMEOUT": contract.EV_JOB_TIME_LIMIT,
+    "DEADLINE": contract.EV_JOB_TIME_LIMIT,
+    "NODE_FAIL": contract.EV_NODE_FAILED,
 }
 
 NOTHING = "Nothing"
@@ -94,10 +85,11 @@ def _status_if_changed(pod: dict[str, Any], job: JobInfo) -> dict[str, str]:
     return want if any(have.get(k, "") != v for k, v in want.items()) else {}
 
 
-def _end_reason(job: JobInfo) -> str:
+def end_reason(job: JobInfo) -> str:
+    """Why a Pod is evicted from its job's Node; one answer for single Pods and gangs."""
     if job.preempted:
-        return "SlurmJobPreempted"
-    return END_REASONS.get(job.state, "SlurmJobEnded")
+        return contract.EV_JOB_PREEMPTED
+    return END_REASONS.get(job.state, contract.EV_JOB_ENDED)
 
 
 def decide(pod: dict[str, Any], job: JobInfo | None, w: World) -> Decision:
@@ -111,19 +103,20 @@ def decide(pod: dict[str, Any], job: JobInfo | None, w: World) -> Decision:
     # --- Pod going away or done: release Slurm's node, but only once the Pod has stopped.
     if meta.get("deletionTimestamp"):
         if job is not None and job_active and not bound:
-            return Decision(CANCEL, reason="SlurmJobReleased",
+            return Decision(CANCEL, reason=contract.EV_JOB_RELEASED,
                             message=f"Pod deleted before it started; cancelled job {job.job_id}")
         return Decision(NOTHING)  # bound: cancel when the Pod is gone (keeps the invariant)
     if phase in ("Succeeded", "Failed"):
-        if job is not None and job.state not in ENDING:
-            return Decision(CANCEL, reason="SlurmJobReleased",
+        if job is not None and job.state not in ENDING_STATES:
+            return Decision(CANCEL, reason=contract.EV_JOB_RELEASED,
                             message=f"Pod {phase}; cancelled job {job.job_id} to free the node")
         return Decision(NOTHING)
 
     if not bound:
         if job is None:
-            if ann.get(contract.A_JOB_STATE) == "SubmitPending" or not ann.get(contract.A_JOB_ID):
-                return Decision(SUBMIT, reason="SlurmJobSubmitted")
+            if (ann.get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING
+                    or not ann.get(contract.A_JOB_ID)):
+                return Decision(SUBMIT, reason=contract.EV_JOB_SUBMITTED)
             if not w.slurm_synced:
                 return Decision(WAIT, requeue_after=1.0)
             try:
@@ -132,31 +125,31 @@ def decide(pod: dict[str, Any], job: JobInfo | None, w: World) -> Decision:
                 submitted = 0.0
             if w.now - submitted < w.vanish_grace:
                 return Decision(WAIT, requeue_after=max(1.0, w.vanish_grace / 4))
-            return Decision(RESUBMIT, reason="SlurmJobVanished",
+            return Decision(RESUBMIT, reason=contract.EV_JOB_VANISHED,
                             message=f"job {ann.get(contract.A_JOB_ID)} is no longer known to "
                                     "Slurm; submitted a new placeholder job")
-        if job.state in WAITING:
+        if job.state in WAITING_STATES:
             st = _status_if_changed(pod, job)
             if not st:
                 return Decision(NOTHING)
-            return Decision(STATUS, status=st, reason="SlurmJobPending",
+            return Decision(STATUS, status=st, reason=contract.EV_JOB_PENDING,
                             message=f"job {job.job_id} {job.state}: {job.reason}")
-        if job.state == "RUNNING" and not job.preempted:
+        if job.state == RUNNING and not job.preempted:
             if not job.nodes:
                 return Decision(WAIT, requeue_after=0.5)
             ref = w.node_for.get(job.nodes[0])
             if ref is None:
-                return Decision(WAIT, requeue_after=5.0, reason="NodeNotFound",
+                return Decision(WAIT, requeue_after=5.0, reason=contract.EV_NODE_NOT_FOUND,
                                 message=f"Slurm allocated {job.nodes[0]} but no Kubernetes Node "
                                         f"has label {contract.NODE_LABEL}={job.nodes[0]}")
             if ref.unschedulable:
-                return Decision(RESUBMIT, reason="NodeCordoned",
+                return Decision(RESUBMIT, reason=contract.EV_NODE_CORDONED,
                                 message=f"Slurm allocated {job.nodes[0]} but Node {ref.name} is "
                                         f"cordoned; cancelled job {job.job_id} and resubmitted")
-            return Decision(BIND, node=ref.name, status=job_status(job), reason="Bound",
+            return Decision(BIND, node=ref.name, status=job_status(job), reason=contract.EV_BOUND,
                             message=f"Slurm job {job.job_id} allocated {job.nodes[0]}; "
                                     f"bound to Node {ref.name}")
-        return Decision(EVICT, reason=_end_reason(job), status=job_status(job),
+        return Decision(EVICT, reason=end_reason(job), status=job_status(job),
                         message=f"Slurm job {job.job_id} ended ({job.state}"
                                 + (", preempted" if job.preempted else "")
                                 + ") before the Pod started")
@@ -165,13 +158,13 @@ def decide(pod: dict[str, Any], job: JobInfo | None, w: World) -> Decision:
     if job is None:
         if not w.slurm_synced or not ann.get(contract.A_JOB_ID):
             return Decision(NOTHING)
-        return Decision(EVICT, reason="SlurmJobVanished",
+        return Decision(EVICT, reason=contract.EV_JOB_VANISHED,
                         message=f"job {ann.get(contract.A_JOB_ID)} is no longer known to Slurm")
-    if job.state == "RUNNING" and not job.preempted:
+    if job.state == RUNNING and not job.preempted:
         st = _status_if_changed(pod, job)
         return Decision(STATUS, status=st) if st else Decision(NOTHING)
-    if job.state in ENDING or job.state in WAITING or job.preempted:
-        return Decision(EVICT, reason=_end_reason(job), status=job_status(job),
+    if job.state in ENDING_STATES or job.state in WAITING_STATES or job.preempted:
+        return Decision(EVICT, reason=end_reason(job), status=job_status(job),
                         message=f"Slurm job {job.job_id} is {job.state}"
                                 + (" (preempted by Slurm)" if job.preempted else "")
                                 + (f" ({job.reason})" if job.reason not in ("", "None") else "")

@@ -42,6 +42,43 @@ A_JOB_REASON = f"{DOMAIN}/job-reason"
 A_SLURM_NODE = f"{DOMAIN}/slurm-node"
 A_SUBMITTED_AT = f"{DOMAIN}/submitted-at"
 
+# What the binder mirrors from the Slurm job; a gang member sent back to waiting loses them.
+JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE)
+# Every status annotation but the claim. A Pod copied from another may carry them: admission
+# drops them, never trusts them.
+STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT)
+
+# --- values of A_JOB_STATE ---
+# Mostly Slurm's own state name, copied verbatim (PENDING, RUNNING, PREEMPTED, ...; see
+# slurmgate.slurm.models). These are ours, for a Pod that has no job (yet):
+JOB_STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slurm is back
+JOB_STATE_GROUP_PENDING = "GroupPending"  # a gang's job is submitted once all members are there
+JOB_STATE_DRY_RUN = "DryRun"  # a dryRun create: nothing was submitted
+
+# --- Event reasons on Pods (`kubectl describe pod`; users and alerts match on them) ---
+EV_JOB_SUBMITTED = "SlurmJobSubmitted"
+EV_SUBMIT_FAILED = "SlurmSubmitFailed"
+EV_INVALID_REQUEST = "InvalidSlurmRequest"  # the binder could not make a job of the Pod
+EV_MISSING_CLAIM = "MissingClaim"  # a marked Pod the webhook never saw
+EV_JOB_PENDING = "SlurmJobPending"
+EV_ALLOCATED = "SlurmAllocated"
+EV_BOUND = "Bound"
+EV_NODE_NOT_FOUND = "NodeNotFound"  # Slurm allocated a node no Kubernetes Node is labelled with
+EV_NODE_CORDONED = "NodeCordoned"
+EV_JOB_VANISHED = "SlurmJobVanished"
+EV_JOB_RELEASED = "SlurmJobReleased"  # the Pod ended or went away first: its job is cancelled
+# Why the Pod is evicted: the job ended. One per cause a user would act on differently.
+EV_JOB_PREEMPTED = "SlurmJobPreempted"
+EV_JOB_CANCELLED = "SlurmJobCancelled"
+EV_JOB_TIME_LIMIT = "SlurmJobTimeLimit"
+EV_NODE_FAILED = "SlurmNodeFailed"
+EV_JOB_ENDED = "SlurmJobEnded"  # any other end
+EV_EVICTED = "Evicted"
+EV_EVICTION_REFUSED = "EvictionRefused"  # a PodDisruptionBudget said no; deleted after a grace
+# Gangs
+EV_GROUP_INCOMPLETE = "GroupIncomplete"
+EV_GROUP_RELEASED = "GroupReleased"
+
 # --- Nodes ---
 # Each Kubernetes Node that runs a slurmd carries the Slurm node name in this label.
 NODE_LABEL = f"{DOMAIN}/slurm-node"
@@ -53,10 +90,6 @@ DRAIN_REASON_PREFIX = "slurmgate: cordoned"
 # --- Slurm job identity ---
 JOB_NAME_PREFIX = "k8s:"
 COMMENT_PREFIX = "slurmgate claim="
-
-# Pod memory request when none is given. A Pod without a memory request is denied unless the
-# operator configures a default (WEBHOOK_DEFAULT_MEMORY), so nobody gets an accidental 0.
-DEFAULT_MEMORY: str | None = None
 
 
 def job_comment(claim: str, namespace: str, name: str) -> str:

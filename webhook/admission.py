@@ -17,7 +17,7 @@ from typing import Any
 from slurmgate import contract, faults, groups, podrequest
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
-from slurmgate.slurm import JobSpec, SlurmError, SlurmUnavailable
+from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 from webhook import metrics
 from webhook.patch import gate_pod
@@ -26,14 +26,11 @@ from webhook.validate import check_fit
 log = logging.getLogger("slurmgate.webhook")
 
 API_VERSION = "admission.k8s.io/v1"
-STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slurm is back
-
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 # A Pod copied from another may carry our status annotations: never trust them.
-STALE = (contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON, contract.A_SLURM_NODE,
-         contract.A_SUBMITTED_AT)
+STALE = contract.STATUS_ANNOTATIONS
 
 
 async def _no_lookup(path: str) -> dict[str, Any] | None:
@@ -209,7 +206,7 @@ class Admitter:
             # A gang's job is submitted by the binder once every member is there.
             annotations = {**extra, contract.A_GROUP: group.name,
                            contract.A_GROUP_SIZE: str(group.size),
-                           contract.A_JOB_STATE: "GroupPending"}
+                           contract.A_JOB_STATE: contract.JOB_STATE_GROUP_PENDING}
             if group.index is not None:
                 annotations[contract.A_GROUP_INDEX] = str(group.index)
             metrics.DECISIONS.labels("gated_group").inc()
@@ -221,11 +218,11 @@ class Admitter:
         annotations = {**extra, contract.A_CLAIM: claim}
         if req.get("dryRun"):
             metrics.DECISIONS.labels("dry_run").inc()
-            annotations[contract.A_JOB_STATE] = "DryRun"
+            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_DRY_RUN
             return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
         if nodes is None:  # fail-open without an inventory: never submit unvalidated
-            annotations[contract.A_JOB_STATE] = STATE_SUBMIT_PENDING
+            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
             metrics.DECISIONS.labels("gated_submit_pending").inc()
             return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
@@ -241,7 +238,7 @@ class Admitter:
                 if isinstance(e, SlurmUnavailable):
                     return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
                 return self._deny(uid, "SlurmSubmitFailed", f"Slurm refused the job: {e}")
-            annotations[contract.A_JOB_STATE] = STATE_SUBMIT_PENDING
+            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
             annotations[contract.A_JOB_REASON] = str(e)[:200]
             metrics.DECISIONS.labels("gated_submit_pending").inc()
             warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
@@ -252,7 +249,7 @@ class Admitter:
             metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
-        annotations[contract.A_JOB_STATE] = "PENDING"
+        annotations[contract.A_JOB_STATE] = PENDING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         metrics.DECISIONS.labels("gated").inc()
         log.info("placeholder job submitted",

@@ -10,7 +10,17 @@
 from slurmgate.slurm.client import SlurmClient
 from slurmgate.slurm.dialects import DIALECTS, SUPPORTED_VERSIONS, Dialect
 from slurmgate.slurm.models import (
+    COMPLETING,
     ENDED_STATES,
+    ENDING_STATES,
+    IN_FLIGHT_STATES,
+    MAY_HOLD_NODE_STATES,
+    PENDING,
+    PREEMPTED,
+    RELEASED_STATES,
+    RUNNING,
+    STOPPING_STATES,
+    WAITING_STATES,
     JobInfo,
     JobSpec,
     NodeInfo,
@@ -22,10 +32,20 @@ from slurmgate.slurm.models import (
 from slurmgate.slurm.placeholder import SCRIPT as PLACEHOLDER_SCRIPT
 
 __all__ = [
+    "COMPLETING",
     "DIALECTS",
     "ENDED_STATES",
+    "ENDING_STATES",
+    "IN_FLIGHT_STATES",
+    "MAY_HOLD_NODE_STATES",
+    "PENDING",
     "PLACEHOLDER_SCRIPT",
+    "PREEMPTED",
+    "RELEASED_STATES",
+    "RUNNING",
+    "STOPPING_STATES",
     "SUPPORTED_VERSIONS",
+    "WAITING_STATES",
     "Dialect",
     "JobInfo",
     "JobSpec",

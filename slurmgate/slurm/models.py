@@ -6,6 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# Slurm's job states, by what they mean for the Node a placeholder job holds. Every set of
+# states elsewhere is derived from these (the binder, the job poller, the benches).
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+COMPLETING = "COMPLETING"
+PREEMPTED = "PREEMPTED"
+
+# Slurm may still start the job, or has put it back in the queue: no Pod may run on its behalf.
+WAITING_STATES = frozenset({PENDING, "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
+
 # Base job states in which Slurm holds no resources for the job any more. PREEMPTED is here:
 # once Slurm reports it as the base state the job's processes are gone (while a preempted job
 # still runs out its GraceTime, Slurm reports RUNNING or COMPLETING, plus preempt_time).
@@ -15,7 +26,7 @@ ENDED_STATES = frozenset(
         "CANCELLED",
         "FAILED",
         "TIMEOUT",
-        "PREEMPTED",
+        PREEMPTED,
         "NODE_FAIL",
         "OUT_OF_MEMORY",
         "BOOT_FAIL",
@@ -23,10 +34,31 @@ ENDED_STATES = frozenset(
         "REVOKED",
     }
 )
+
+# On its way out or gone: the Node goes back from the Pod to Slurm. COMPLETING: Slurm is
+# killing the job's processes. SPECIAL_EXIT: requeued and held after a particular exit code; it
+# starts again only if someone releases it.
+ENDING_STATES = ENDED_STATES | {COMPLETING, "SPECIAL_EXIT"}
+
+# Ending, yet treated as if the placeholder may still be on the Node, so the binder KILLs the
+# job when it releases it. COMPLETING: its processes really are still there. PREEMPTED: ended
+# for Slurm (see ENDED_STATES), but a KILL to an ended job is one harmless RPC, and it stays
+# on the safe side should a Slurm version report PREEMPTED before the processes are gone.
+MAY_HOLD_NODE_STATES = frozenset({COMPLETING, PREEMPTED})
+# Ending, and the Node is certainly free: nothing to cancel.
+RELEASED_STATES = ENDING_STATES - MAY_HOLD_NODE_STATES
+# Released, or being released by Slurm already (COMPLETING: usually our own KILL): a cancel
+# adds nothing. PREEMPTED is not here, for the reason above.
+STOPPING_STATES = RELEASED_STATES | {COMPLETING}
+
+# A job in one of these is about to change (it starts, or its Node is being freed): while one
+# of ours is, the binder polls Slurm fast.
+IN_FLIGHT_STATES = frozenset({PENDING, COMPLETING, PREEMPTED})
+
 # Flags that take precedence over the base state in the v0.0.38 single-string form; the list
 # form (v0.0.40+) is reduced to one state in this order, so both read alike.
 JOB_FLAG_PRECEDENCE = (
-    "COMPLETING",
+    COMPLETING,
     "STAGE_OUT",
     "CONFIGURING",
     "RESIZING",
@@ -103,8 +135,8 @@ class JobInfo:
 
     @property
     def preempted(self) -> bool:
-        return self.preempt_time > 0 or "PREEMPTED" in self.state_flags or (
-            self.state == "PREEMPTED"
+        return self.preempt_time > 0 or PREEMPTED in self.state_flags or (
+            self.state == PREEMPTED
         )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from binder import gang, state
 from slurmgate import contract
-from slurmgate.slurm import JobInfo
+from slurmgate.slurm import ENDING_STATES, JobInfo
 
 NOW = 2_000_000_000.0
 NODES = {f"n{i}": state.NodeRef(f"kwok-n{i}", False) for i in range(1, 5)}
@@ -116,3 +118,18 @@ def test_members_succeeding_do_not_evict_peers_and_last_one_frees_the_job() -> N
     done = [member(i, "c", f"kwok-n{i + 1}", phase="Succeeded") for i in range(3)]
     d = gang.decide_group(done, jobs(j), W)
     assert d.action == gang.RELEASE and d.cancel is not None and not d.evict
+
+
+def test_timed_out_group_job_gives_the_same_reason_as_a_single_pod() -> None:
+    # Gangs used to say SlurmJobEnded here; both paths now share state.end_reason().
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    d = gang.decide_group(ms, jobs(job("TIMEOUT", ("n1", "n2", "n3"))), W)
+    assert d.action == gang.EVICT and d.reason == "SlurmJobTimeLimit"
+
+
+@pytest.mark.parametrize("st", sorted(ENDING_STATES))
+def test_group_and_single_pod_end_reasons_agree(st: str) -> None:
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    j = job(st, ("n1", "n2", "n3"))
+    d = gang.decide_group(ms, jobs(j), W)
+    assert d.action == gang.EVICT and d.reason == state.end_reason(j)

@@ -8,7 +8,13 @@ import pytest
 
 from binder import state
 from slurmgate import contract
-from slurmgate.slurm import JobInfo
+from slurmgate.slurm import (
+    ENDED_STATES,
+    ENDING_STATES,
+    RELEASED_STATES,
+    WAITING_STATES,
+    JobInfo,
+)
 
 NOW = 1_000_000.0
 NODES = {"n1": state.NodeRef("kwok-n1", False), "n2": state.NodeRef("kwok-n2", True)}
@@ -105,3 +111,14 @@ def test_pending_status_carries_reason() -> None:
     d = state.decide(pod(), job("PENDING", reason="Priority"), W)
     assert d.status[contract.A_JOB_REASON] == "Priority"
     assert "Priority" in d.message
+
+
+def test_end_reasons_name_states_that_end_a_job() -> None:
+    assert set(state.END_REASONS) <= ENDED_STATES
+
+
+def test_preempted_is_ended_for_slurm_but_still_killed_by_the_binder() -> None:
+    assert "PREEMPTED" in ENDED_STATES and "PREEMPTED" in ENDING_STATES
+    assert "PREEMPTED" not in RELEASED_STATES
+    assert state.holds_node(job("PREEMPTED")) and not job("PREEMPTED").active
+    assert WAITING_STATES.isdisjoint(ENDING_STATES)
