@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import stat
 import subprocess
@@ -145,7 +146,7 @@ def _write_cli_wrappers(c: SlurmCluster) -> None:
     for tool in CLI_TOOLS:
         argv, _ = c.command(tool)
         if c.root:
-            prefix = " ".join(argv)
+            prefix = shlex.join(argv)
             body = f'#!/bin/sh\nexec {prefix} "$@"\n'
         else:
             body = f'#!/bin/sh\nSLURM_CONF={c.conf} exec /usr/bin/{tool} "$@"\n'

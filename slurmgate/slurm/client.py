@@ -212,16 +212,6 @@ class SlurmClient:
             t = t_before
         return jobs, t
 
-    async def job_states(self) -> dict[int, str]:
-        """GET /jobs/state (v0.0.40+): job id -> base state, without the job records."""
-        base, _ = await self._base()
-        _, data = await self._request("GET", f"{base}/jobs/state", what="list job states")
-        out = {}
-        for j in (data or {}).get("jobs") or []:
-            if isinstance(j, Mapping):
-                out[num(j.get("job_id"))] = dialects._job_state(j.get("state"))[0]
-        return out
-
     async def job(self, job_id: int) -> JobInfo | None:
         base, _ = await self._base()
         try:
@@ -242,7 +232,7 @@ class SlurmClient:
         sig = signal.upper().removeprefix("SIG")
         if not re.fullmatch(r"[A-Z0-9]{1,8}", sig):
             raise ValueError(f"bad signal name {signal!r}")
-        base, _ = await self._base()
+        base, d = await self._base()
         what = f"cancel job {job_id}"
         try:
             _, data = await self._request(
@@ -256,7 +246,7 @@ class SlurmClient:
                 return
             raise
         # v0.0.42+ answer 200 and say per job in status[] what went wrong
-        errs = status_errors(data or {})
+        errs = status_errors(data or {}) if d.cancel_status else []
         if errs and not all(n in _GONE for _, n in errs):
             err = SlurmError(f"{what} failed", 200, [t for t, _ in errs])
             err.errnos = [n for _, n in errs if n is not None]

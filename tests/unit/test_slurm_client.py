@@ -685,3 +685,23 @@ async def test_one_session_reused(client: tuple[Fake, SlurmClient]) -> None:
     s1 = c._http._session
     await asyncio.gather(*(c.jobs() for _ in range(5)))
     assert c._http._session is s1
+
+
+async def test_cancel_error_inside_a_200_is_raised(client: tuple[Fake, SlurmClient]) -> None:
+    """v0.0.42+ answer a DELETE 200 and put the per-job error in status[]: a real error (here
+    "Access/permission denied", 2002) is not swallowed; "no such job" (2017) is not an error."""
+    fake, c = client
+    use40(fake)
+
+    def status(code: int, text: str) -> Callable[[web.Request], web.Response]:
+        return lambda _: web.json_response({"meta": META40, "errors": [], "warnings": [],
+                                            "status": [{"error": {"code": code, "string": text,
+                                                                  "message": text},
+                                                        "job_id": nv(7), "step_id": "7"}]})
+
+    fake.override["/job/7"] = status(2002, "Access/permission denied")
+    with pytest.raises(SlurmError, match="permission denied") as ei:
+        await c.cancel(7)
+    assert ei.value.errnos == [2002]
+    fake.override["/job/7"] = status(2017, "Invalid job id specified")
+    await c.cancel(7)
