@@ -2,42 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import signal
-from pathlib import Path
+from collections.abc import Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from binder import metrics
+from binder import config, metrics
+from binder.config import BinderConfig
 from binder.leader import LeaderElector
 from binder.reconciler import Binder
 from slurmgate import logs
-from slurmgate.config import SlurmSettings
+from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
 
 log = logging.getLogger("slurmgate.binder")
-
-
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="slurmgate-binder")
-    ap.add_argument("--health-listen", default=os.environ.get("BINDER_HEALTH_LISTEN",
-                                                              "0.0.0.0:8080"))
-    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    ap.add_argument("--lease-namespace", default=os.environ.get("LEASE_NAMESPACE",
-                                                                "slurmgate-system"))
-    ap.add_argument("--lease-name", default=os.environ.get("LEASE_NAME", "slurmgate-binder"))
-    ap.add_argument("--lease-seconds", type=int,
-                    default=int(os.environ.get("LEASE_DURATION_SECONDS", "15")),
-                    help="leader Lease duration; renewed every third of it")
-    ap.add_argument("--workers", type=int, default=int(os.environ.get("BINDER_WORKERS", "16")))
-    ap.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    return ap.parse_args()
 
 
 def health_app(binder: Binder, elector: LeaderElector) -> web.Application:
@@ -62,20 +46,16 @@ def health_app(binder: Binder, elector: LeaderElector) -> web.Application:
     return app
 
 
-async def run(a: argparse.Namespace) -> int:
-    s = SlurmSettings.from_env()
-    slurm = SlurmClient(s.url, Path(s.token_file), s.user)
-    kube = KubeClient(load_config(a.kubeconfig), user_agent="slurmgate-binder")
-    binder = Binder(kube, slurm, workers=a.workers,
-                    default_memory=os.environ.get("DEFAULT_MEMORY") or None,
-                    default_partition=os.environ.get("DEFAULT_PARTITION") or None,
-                    orphan_grace=float(os.environ.get("BINDER_ORPHAN_GRACE", "60")))
-    lease = max(3, a.lease_seconds)
-    elector = LeaderElector(kube, a.lease_namespace, a.lease_name, lease_seconds=lease,
-                            renew_seconds=lease / 3)
+async def run(cfg: BinderConfig) -> int:
+    s, lease = cfg.slurm, cfg.lease
+    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
+    kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
+    binder = Binder(kube, slurm, cfg.reconcile)
+    elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
+                            renew_seconds=lease.renew_seconds, identity=lease.identity)
     runner = web.AppRunner(health_app(binder, elector), access_log=None)
     await runner.setup()
-    host, _, port = a.health_listen.rpartition(":")
+    host, _, port = cfg.health_listen.rpartition(":")
     await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
 
     stop = asyncio.Event()
@@ -112,10 +92,14 @@ async def run(a: argparse.Namespace) -> int:
     return code
 
 
-def main() -> None:
-    a = parse_args()
-    logs.setup(a.log_level)
-    raise SystemExit(asyncio.run(run(a)))
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        # the process's one read of its settings; everything below gets them from cfg
+        cfg = config.load(argv, os.environ)
+    except ConfigError as e:
+        raise SystemExit(f"slurmgate-binder: {e}") from None
+    logs.setup(cfg.log_level)
+    raise SystemExit(asyncio.run(run(cfg)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from binder.reconciler import Binder
 
 log = logging.getLogger("slurmgate.gangs")
-GROUP_TIMEOUT = float(os.environ.get("BINDER_GROUP_TIMEOUT", "300"))
 
 
 class GangReconciler:
@@ -38,7 +36,7 @@ class GangReconciler:
             return
         d = gang.decide_group(members, b.jobs.get, state.World(
             slurm_synced=b.jobs.synced.is_set(), now=time.time(), node_for=b.node_for),
-            timeout=GROUP_TIMEOUT)
+            timeout=b.settings.group_timeout)
         metrics.RECONCILES.labels(f"group{d.action}").inc()
         item = ("group", gkey, None)
         if d.action in (gang.NOTHING, gang.WAIT):
@@ -99,7 +97,8 @@ class GangReconciler:
             return  # never submit blind: a job of ours may already exist
         ns, group = gkey.split("/", 1)
         try:
-            reqs = [podrequest.from_pod(p, b.default_memory, b.default_partition)
+            reqs = [podrequest.from_pod(p, b.settings.default_memory,
+                                         b.settings.default_partition)
                     for p in members]
         except podrequest.PodRequestError as e:
             await asyncio.gather(*(b.events.emit(p, contract.EV_INVALID_REQUEST, str(e),

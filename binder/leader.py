@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import socket
 import uuid
 
@@ -25,13 +24,14 @@ def _parse(s: str) -> dt.datetime:
 
 class LeaderElector:
     def __init__(self, kube: KubeClient, namespace: str, name: str = "slurmgate-binder",
-                 lease_seconds: int = 15, renew_seconds: float = 5.0) -> None:
+                 lease_seconds: int = 15, renew_seconds: float = 5.0,
+                 identity: str | None = None) -> None:
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.name = name
         self.namespace = namespace
-        self.identity = (os.environ.get("POD_NAME")
-                         or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+        # the Pod name in a Deployment; elsewhere unique per process, as two may share a host
+        self.identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
         self.is_leader = False

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
 from binder import metrics, state
+from binder.config import ReconcileSettings
 from binder.events import Recorder
 from binder.gangs import GangReconciler
 from binder.informer import Informer
@@ -27,22 +27,15 @@ from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.binder")
 
-# eviction refused (PodDisruptionBudget) this long -> delete: Slurm has taken the node back
-EVICT_GRACE = float(os.environ.get("BINDER_EVICT_GRACE", "60"))
-ORPHAN_GRACE = 60.0  # a job whose claim no Pod carries, older than this, is cancelled
 STUCK_AFTER = 30.0
 
 
 class Binder:
-    def __init__(self, kube: KubeClient, slurm: SlurmClient, *, workers: int = 16,
-                 default_memory: str | None = None, default_partition: str | None = None,
-                 orphan_grace: float = ORPHAN_GRACE) -> None:
+    def __init__(self, kube: KubeClient, slurm: SlurmClient,
+                 settings: ReconcileSettings | None = None) -> None:
         self.kube = kube
         self.slurm = slurm
-        self.workers = workers
-        self.default_memory = default_memory
-        self.default_partition = default_partition
-        self.orphan_grace = orphan_grace
+        self.settings = settings or ReconcileSettings()
         self.queue = WorkQueue()
         self.events = Recorder(kube)
         self.jobs = JobTracker(slurm, self._on_job)
@@ -212,7 +205,8 @@ class Binder:
                                    "annotation (not admitted by the webhook?)", warning=True)
             return
         try:
-            r = podrequest.from_pod(pod, self.default_memory, self.default_partition)
+            r = podrequest.from_pod(pod, self.settings.default_memory,
+                                     self.settings.default_partition)
         except podrequest.PodRequestError as e:
             await self.events.emit(pod, contract.EV_INVALID_REQUEST, str(e), warning=True)
             return
@@ -301,10 +295,11 @@ class Binder:
             if e.status != 429:
                 raise
             since = self._evict_refused_since.setdefault(key, time.monotonic())
-            if time.monotonic() - since < EVICT_GRACE:
+            grace = self.settings.evict_grace
+            if time.monotonic() - since < grace:
                 self.queue.add_after(self._item(key), 5.0)
                 await self.events.emit(pod, contract.EV_EVICTION_REFUSED, f"{e.message}; retrying, "
-                                       f"deleting after {EVICT_GRACE:.0f}s", warning=True)
+                                       f"deleting after {grace:.0f}s", warning=True)
                 return
             await self.kube.delete(pod_path(meta["namespace"], meta["name"]),
                                    {"preconditions": {"uid": meta["uid"]}})
@@ -338,7 +333,7 @@ class Binder:
                 if job.state in STOPPING_STATES:
                     continue
                 # Pod never appeared (admission rejected later) or vanished while we were down
-                if job.submit_time and now - job.submit_time > self.orphan_grace:
+                if job.submit_time and now - job.submit_time > self.settings.orphan_grace:
                     await self._cancel(job, "orphan")
                     log.info("orphan job cancelled", extra=kv(job=job.job_id, claim=claim))
                 continue
@@ -365,7 +360,7 @@ class Binder:
     async def run(self) -> None:
         tasks = [asyncio.create_task(t) for t in (
             self.nodes.run(), self.pods.run(), self.jobs.run(), self._first_sync(),
-            self.queue.run_workers(self.workers, self.handle), self.sweep(),
+            self.queue.run_workers(self.settings.workers, self.handle), self.sweep(),
             self.node_queue.run_workers(2, self.nodesync.handle))]
         try:
             await asyncio.gather(*tasks)

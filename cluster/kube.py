@@ -2,18 +2,17 @@
 kube-scheduler and kwok (fake kubelets), built from the Go module proxy (build-binaries.sh).
 
 Dev tooling, so plain synchronous code. Every daemon is tracked by its own PID in
-`kube.json`; stop() never kills by name.
+`kube.json`; stop() never kills by name. Spawning, waiting and signalling are cluster/proc.py's;
+what is here keeps this module's own contract (logs in <name>.log, TimeoutError/RuntimeError).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import ssl
 import subprocess
 import time
-import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from certs import pki
+from cluster import proc
 
 HERE = Path(__file__).resolve().parent
 
@@ -86,62 +86,40 @@ current-context: local
     path.chmod(0o600)
 
 
+# re-exported: the e2e tests check their daemons with it
+_alive = proc.alive
+
+
 def _spawn(name: str, argv: list[str], log_dir: Path) -> int:
-    log = open(log_dir / f"{name}.log", "ab")  # handed to the child
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    log.close()
-    return proc.pid
+    return proc.spawn(log_dir, name, argv, suffix=".log").pid
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie child of ours counts as dead
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def wait_for(what: str, check, timeout: float, pid: int | None = None,
+def wait_for(what: str, check: Callable[[], object], timeout: float, pid: int | None = None,
              log: Path | None = None, interval: float = 0.2) -> None:
-    """Poll `check` until true; fail early with the log's tail if the daemon died."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Poll `check` until true (raising counts as not yet); fail early with the log's tail
+    if the daemon died (RuntimeError), TimeoutError when the time is up."""
+    def quiet() -> bool:
         try:
-            if check():
-                return
+            return bool(check())
         except Exception:
-            pass
-        if pid is not None and not _alive(pid):
-            raise RuntimeError(f"{what}: process {pid} exited\n{_tail(log) if log else ''}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not ready after {timeout:.0f}s\n"
-                               f"{_tail(log) if log else ''}")
-        time.sleep(interval)
+            return False
+
+    try:
+        proc.wait_until(what, quiet, timeout, log,
+                        pid_alive=None if pid is None else lambda: proc.alive(pid),
+                        interval=interval, recheck_when_dead=False)
+    except proc.NotReady as e:
+        raise TimeoutError(str(e)) from None
 
 
 def _https_ok(url: str, pki_dir: Path) -> bool:
     ctx = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
     ctx.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
-    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-        return r.status == 200
+    return proc.http_status(url, context=ctx) == 200
 
 
 def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as r:
-        return r.status == 200
+    return proc.http_status(url) == 200
 
 
 def start(run_dir: Path, base_port: int = 16400) -> KubeCluster:
@@ -232,8 +210,7 @@ def _insecure_ok(url: str) -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-        return r.status == 200
+    return proc.http_status(url, context=ctx) == 200
 
 
 def _save(kc: KubeCluster) -> None:
@@ -246,25 +223,8 @@ def load(run_dir: Path) -> KubeCluster:
 
 def stop_pids(pids: dict[str, int], timeout: float = 20.0) -> None:
     """SIGTERM each PID we started (its own process group), then SIGKILL what is left."""
-    for pid in pids.values():
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-    deadline = time.monotonic() + timeout
-    for pid in pids.values():
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:  # reap if it is our child
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    # kill_wait=0: SIGKILL and return at once, as this always has (slurm's stop waits 5 s)
+    proc.signal_and_wait(list(pids.values()), timeout, group=True, kill_wait=0.0)
 
 
 def stop(run_dir: Path) -> None:
@@ -289,19 +249,10 @@ def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
     so start_daemon() can start it again with the same flags and data dir)."""
     kc = load(Path(run_dir))
     pid = kc.pids[name]
-    if _alive(pid):
+    if proc.alive(pid):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         _argv_file(run_dir, name).write_text(json.dumps([a.decode() for a in argv]))
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} (pid {pid}) survived SIGKILL for {timeout:.0f}s")
-        time.sleep(0.05)
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    proc.kill_and_wait(pid, name, timeout)
 
 
 def start_daemon(run_dir: Path, name: str, timeout: float = 120.0) -> int:

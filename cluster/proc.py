@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -22,6 +23,10 @@ LOG_TAIL_LINES = 30
 
 class ClusterError(RuntimeError):
     """A daemon died or never became ready; the message carries its last log lines."""
+
+
+class NotReady(ClusterError):
+    """wait_until's deadline passed (the daemon, if watched, is still alive)."""
 
 
 def tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
@@ -70,18 +75,24 @@ def wait_until(
     log: Path | list[Path] | None = None,
     pid_alive: Callable[[], bool] | None = None,
     interval: float = 0.2,
+    recheck_when_dead: bool = True,
 ) -> None:
+    """Poll `check` until true. ClusterError if pid_alive() turns false, NotReady at timeout.
+
+    recheck_when_dead: one more check after the death, for a daemon that forks into the
+    background and exits; off for foreground daemons, where a check passing after the death
+    is answered by someone else (a stale daemon on the same port).
+    """
     deadline = time.monotonic() + timeout
     while True:
         if check():
             return
         if pid_alive is not None and not pid_alive():
-            # One more check: the daemon may have forked into the background and exited.
-            if check():
+            if recheck_when_dead and check():
                 return
             raise ClusterError(f"{what}: the daemon died{tails(log)}")
         if time.monotonic() > deadline:
-            raise ClusterError(f"{what}: not ready after {timeout:.0f}s{tails(log)}")
+            raise NotReady(f"{what}: not ready after {timeout:.0f}s{tails(log)}")
         time.sleep(interval)
 
 
@@ -101,10 +112,12 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def http_status(url: str, headers: dict[str, str] | None = None, timeout: float = 2.0) -> int:
+def http_status(url: str, headers: dict[str, str] | None = None, timeout: float = 2.0,
+                context: ssl.SSLContext | None = None) -> int:
+    """The answer's status code; 0 if there was none (refused, reset, TLS failure, timeout)."""
     req = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             resp.read()
             return int(resp.status)
     except urllib.error.HTTPError as e:
@@ -114,10 +127,12 @@ def http_status(url: str, headers: dict[str, str] | None = None, timeout: float 
 
 
 def spawn(
-    log_dir: Path, name: str, args: list[str], env: dict[str, str]
+    log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None,
+    suffix: str = ".out",
 ) -> subprocess.Popen[bytes]:
-    """Start a daemon in the foreground, in its own session, output to log_dir/<name>.out."""
-    with (log_dir / f"{name}.out").open("ab") as out:
+    """Start a daemon in the foreground, in its own session (so it is its own process group),
+    output to log_dir/<name><suffix>; env None inherits ours."""
+    with (log_dir / f"{name}{suffix}").open("ab") as out:
         return subprocess.Popen(
             args,
             env=env,
@@ -213,17 +228,27 @@ def kill_now(pids: Iterable[int], timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def signal_and_wait(pids: Iterable[int], timeout: float) -> None:
-    """SIGTERM, then SIGKILL whatever is still there after `timeout`."""
+def signal_and_wait(pids: Iterable[int], timeout: float, *, group: bool = False,
+                    kill_wait: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL whatever is still there after `timeout`; wait up to `kill_wait`
+    for that to take.
+
+    group: signal each PID's process group (a spawn()ed daemon leads its own), so helpers it
+    started go with it. A PID reused by another user's process then refuses the signal,
+    which is skipped.
+    """
     pids = [p for p in pids if p > 1]
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+    send = os.killpg if group else os.kill
+    skip: tuple[type[OSError], ...] = (
+        (ProcessLookupError, PermissionError) if group else (ProcessLookupError,))
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_wait)):
         live = [p for p in pids if alive(p)]
         if not live:
             return
         for p in live:
             try:
-                os.kill(p, sig)
-            except ProcessLookupError:
+                send(p, sig)
+            except skip:
                 pass
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:

@@ -1,28 +1,75 @@
-"""Settings both processes read from the environment (a ConfigMap in a real deployment)."""
+"""Settings both processes take from the environment (a ConfigMap in a real deployment).
+
+Each process parses its environment once, in its `__main__`, into a frozen config object
+(webhook.config.WebhookConfig, binder.config.BinderConfig) and hands the values down; no module
+reads a setting at import time. The helpers here take the environment as a mapping, so the
+parsers are plain functions of their input and tests need no monkeypatching.
+"""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+Env = Mapping[str, str]
+
+# A changed job list of a busy cluster is megabytes; below this a body is parsed inline.
+JSON_OFFLOAD_BYTES = 256 * 1024
 
 
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
+class ConfigError(ValueError):
+    """A setting the process cannot start with; the message names the variable."""
+
+
+def env_bool(env: Env, name: str, default: bool) -> bool:
+    raw = env.get(name)
     if raw is None or raw == "":
         return default
     return raw.strip().lower() in ("1", "true", "yes", "on")
 
 
+def env_optional(env: Env, name: str) -> str | None:
+    """Unset and empty both mean "not configured" (a ConfigMap key left blank)."""
+    return env.get(name) or None
+
+
+def env_int(env: Env, name: str, default: int) -> int:
+    # An empty value is an error, not the default: that is how these were always read
+    # (`int(os.environ.get(name, default))`), and a blank number is more likely a mistake.
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def env_float(env: Env, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+
+
 @dataclass(frozen=True)
 class SlurmSettings:
-    url: str
-    token_file: str
-    user: str
+    url: str = "http://127.0.0.1:6820"
+    token_file: Path = Path("/etc/slurmgate/slurm-jwt/token")
+    user: str = "root"
+    json_offload_bytes: int = JSON_OFFLOAD_BYTES
 
     @classmethod
-    def from_env(cls) -> SlurmSettings:
+    def from_env(cls, env: Env) -> SlurmSettings:
+        d = cls()
         return cls(
-            url=os.environ.get("SLURMREST_URL", "http://127.0.0.1:6820"),
-            token_file=os.environ.get("SLURM_JWT_FILE", "/etc/slurmgate/slurm-jwt/token"),
-            user=os.environ.get("SLURM_USER", "root"),
+            url=env.get("SLURMREST_URL", d.url),
+            token_file=Path(env.get("SLURM_JWT_FILE", str(d.token_file))),
+            user=env.get("SLURM_USER", d.user),
+            json_offload_bytes=env_int(env, "SLURMGATE_JSON_OFFLOAD_BYTES",
+                                       d.json_offload_bytes),
         )

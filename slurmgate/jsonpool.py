@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-OFFLOAD_BYTES = int(os.environ.get("SLURMGATE_JSON_OFFLOAD_BYTES", str(256 * 1024)))
+from slurmgate.config import JSON_OFFLOAD_BYTES
+
+# The threshold when the caller passes none; SLURMGATE_JSON_OFFLOAD_BYTES reaches the clients
+# of the two processes through SlurmSettings, not through this module.
+OFFLOAD_BYTES = JSON_OFFLOAD_BYTES
 
 _pool: ProcessPoolExecutor | None = None
 
@@ -46,8 +49,9 @@ def _executor() -> ProcessPoolExecutor:
     return _pool
 
 
-async def load_async(raw: bytes, keep_comment_prefix: str | None = None) -> Any:
-    if len(raw) < OFFLOAD_BYTES:
+async def load_async(raw: bytes, keep_comment_prefix: str | None = None,
+                     offload_bytes: int | None = None) -> Any:
+    if len(raw) < (OFFLOAD_BYTES if offload_bytes is None else offload_bytes):
         return load(raw, keep_comment_prefix)
     global _pool
     try:

@@ -2,48 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import signal
-from pathlib import Path
+from collections.abc import Sequence
 
 from slurmgate import logs
-from slurmgate.config import SlurmSettings, env_bool
+from slurmgate.config import ConfigError
 from slurmgate.inventory import Inventory
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
-from webhook import metrics
-from webhook.admission import Admitter, Settings
+from webhook import config, metrics
+from webhook.admission import Admitter
+from webhook.config import WebhookConfig
 from webhook.lookup import OwnerLookup
 from webhook.server import CertReloader, TLSFiles, cancel, make_app, serve
 
 log = logging.getLogger("slurmgate.webhook")
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="slurmgate-webhook")
-    ap.add_argument("--listen", default=os.environ.get("WEBHOOK_LISTEN", "0.0.0.0:8443"))
-    ap.add_argument("--tls-cert-file", default=os.environ.get("WEBHOOK_TLS_CERT",
-                                                         "/etc/slurmgate/tls/tls.crt"))
-    ap.add_argument("--tls-key-file", default=os.environ.get("WEBHOOK_TLS_KEY",
-                                                        "/etc/slurmgate/tls/tls.key"))
-    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    ap.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    return ap.parse_args()
-
-
-async def run(a: argparse.Namespace) -> None:
-    s = SlurmSettings.from_env()
-    settings = Settings(
-        fail_open=env_bool("FAIL_OPEN", False),
-        default_memory=os.environ.get("DEFAULT_MEMORY") or None,
-        default_partition=os.environ.get("DEFAULT_PARTITION") or None,
-    )
-    slurm = SlurmClient(s.url, Path(s.token_file), s.user)
-    kube = KubeClient(load_config(a.kubeconfig), user_agent="slurmgate-webhook")
+async def run(cfg: WebhookConfig) -> None:
+    s = cfg.slurm
+    settings = cfg.admission
+    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
+    kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-webhook")
     inventory = Inventory(slurm, kube)
     admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube))
 
@@ -53,12 +37,12 @@ async def run(a: argparse.Namespace) -> None:
             return False, "node inventory not loaded (Slurm or Kubernetes unreachable)"
         return True, ""
 
-    reloader = CertReloader(TLSFiles(Path(a.tls_cert_file), Path(a.tls_key_file)))
-    host, _, port = a.listen.rpartition(":")
+    reloader = CertReloader(TLSFiles(cfg.tls_cert_file, cfg.tls_key_file))
+    host, _, port = cfg.listen.rpartition(":")
     runner = await serve(make_app(admitter, ready), host or "0.0.0.0", int(port), reloader)
     tasks = [asyncio.create_task(inventory.run(metrics.INVENTORY_ERRORS.inc)),
              asyncio.create_task(reloader.run())]
-    log.info("webhook serving", extra=kv(listen=a.listen, slurmrestd=s.url,
+    log.info("webhook serving", extra=kv(listen=cfg.listen, slurmrestd=s.url,
                                          fail_open=settings.fail_open))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -73,10 +57,14 @@ async def run(a: argparse.Namespace) -> None:
     await kube.close()
 
 
-def main() -> None:
-    a = parse_args()
-    logs.setup(a.log_level)
-    asyncio.run(run(a))
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        # the process's one read of its settings; everything below gets them from cfg
+        cfg = config.load(argv, os.environ)
+    except ConfigError as e:
+        raise SystemExit(f"slurmgate-webhook: {e}") from None
+    logs.setup(cfg.log_level)
+    asyncio.run(run(cfg))
 
 
 if __name__ == "__main__":

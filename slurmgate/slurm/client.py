@@ -54,10 +54,12 @@ class SlurmClient:
         timeout: float = 5.0,
         api_version: str | None = None,
         connections: int = 16,
+        json_offload_bytes: int | None = None,
     ) -> None:
         if api_version is not None:
             dialects.dialect(api_version)  # ValueError naming the supported ones
-        self._http = Transport(base_url, token_file, user, timeout, connections)
+        self._http = Transport(base_url, token_file, user, timeout, connections,
+                               json_offload_bytes)
         self.base_url = self._http.base_url
         self.user = user
         self._version = api_version

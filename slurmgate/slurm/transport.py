@@ -68,8 +68,9 @@ class Token:
 
 class Transport:
     def __init__(self, base_url: str, token_file: Path | str, user: str, timeout: float,
-                 connections: int) -> None:
+                 connections: int, json_offload_bytes: int | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.json_offload_bytes = json_offload_bytes
         self.user = user
         self.token = Token(Path(token_file))
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -137,7 +138,8 @@ class Transport:
             ) from None
         data: dict[str, Any] | None
         try:
-            parsed = await jsonpool.load_async(raw, keep_comment_prefix)
+            parsed = await jsonpool.load_async(raw, keep_comment_prefix,
+                                               self.json_offload_bytes)
             data = parsed if isinstance(parsed, dict) else None
         except ValueError:
             data = None

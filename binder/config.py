@@ -1,0 +1,96 @@
+"""The binder's configuration: environment plus flags, parsed once at start."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurmgate.config import Env, SlurmSettings, env_float, env_int, env_optional
+
+# Renewed every third of its duration, so this floor keeps renewals at most once a second.
+MIN_LEASE_SECONDS = 3
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    """What the reconcilers need; the defaults are those of an unset environment."""
+
+    workers: int = 16
+    default_memory: str | None = None
+    default_partition: str | None = None
+    # a job whose claim no Pod carries, older than this, is cancelled
+    orphan_grace: float = 60.0
+    # eviction refused (PodDisruptionBudget) this long -> delete: Slurm has taken the node back
+    evict_grace: float = 60.0
+    # an incomplete gang is reported (GroupIncomplete) after this, and again every period
+    group_timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    namespace: str = "slurmgate-system"
+    name: str = "slurmgate-binder"
+    seconds: int = 15  # already floored to MIN_LEASE_SECONDS
+    identity: str | None = None  # POD_NAME; None: the elector makes one up (host + random)
+
+    @property
+    def renew_seconds(self) -> float:
+        return self.seconds / 3
+
+
+@dataclass(frozen=True)
+class BinderConfig:
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
+    health_listen: str = "0.0.0.0:8080"
+    kubeconfig: str | None = None
+    log_level: str = "INFO"
+
+
+def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
+    """Parse `env` and the command line (flags win over the variables that default them).
+
+    Raises ConfigError naming the variable for a bad value; argparse exits on a bad flag.
+    Every variable is checked, even one a flag overrides, as it always was.
+    """
+    d, r, le = BinderConfig(), ReconcileSettings(), LeaseSettings()
+    slurm = SlurmSettings.from_env(env)
+    lease_seconds = env_int(env, "LEASE_DURATION_SECONDS", le.seconds)
+    workers = env_int(env, "BINDER_WORKERS", r.workers)
+    orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
+    evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
+    group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
+
+    ap = argparse.ArgumentParser(prog="slurmgate-binder")
+    ap.add_argument("--health-listen", default=env.get("BINDER_HEALTH_LISTEN", d.health_listen))
+    ap.add_argument("--kubeconfig", default=env.get("KUBECONFIG"))
+    ap.add_argument("--lease-namespace", default=env.get("LEASE_NAMESPACE", le.namespace))
+    ap.add_argument("--lease-name", default=env.get("LEASE_NAME", le.name))
+    ap.add_argument("--lease-seconds", type=int, default=lease_seconds,
+                    help="leader Lease duration; renewed every third of it")
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--log-level", default=env.get("LOG_LEVEL", d.log_level))
+    a = ap.parse_args(argv)
+
+    return BinderConfig(
+        slurm=slurm,
+        reconcile=ReconcileSettings(
+            workers=a.workers,
+            default_memory=env_optional(env, "DEFAULT_MEMORY"),
+            default_partition=env_optional(env, "DEFAULT_PARTITION"),
+            orphan_grace=orphan_grace,
+            evict_grace=evict_grace,
+            group_timeout=group_timeout,
+        ),
+        lease=LeaseSettings(
+            namespace=a.lease_namespace,
+            name=a.lease_name,
+            seconds=max(MIN_LEASE_SECONDS, a.lease_seconds),
+            identity=env_optional(env, "POD_NAME"),
+        ),
+        health_listen=a.health_listen,
+        kubeconfig=a.kubeconfig,
+        log_level=a.log_level,
+    )

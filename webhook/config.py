@@ -1,0 +1,52 @@
+"""The webhook's configuration: environment plus flags, parsed once at start."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmgate.config import Env, SlurmSettings, env_bool, env_optional
+from webhook.admission import Settings
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    slurm: SlurmSettings
+    admission: Settings
+    listen: str = "0.0.0.0:8443"
+    tls_cert_file: Path = Path("/etc/slurmgate/tls/tls.crt")
+    tls_key_file: Path = Path("/etc/slurmgate/tls/tls.key")
+    kubeconfig: str | None = None
+    log_level: str = "INFO"
+
+
+def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
+    """Parse `env` and the command line (flags win over the variables that default them).
+
+    Raises ConfigError naming the variable for a bad value; argparse exits on a bad flag.
+    """
+    slurm = SlurmSettings.from_env(env)
+    admission = Settings(
+        fail_open=env_bool(env, "FAIL_OPEN", False),
+        default_memory=env_optional(env, "DEFAULT_MEMORY"),
+        default_partition=env_optional(env, "DEFAULT_PARTITION"),
+    )
+    d = WebhookConfig(slurm, admission)
+    ap = argparse.ArgumentParser(prog="slurmgate-webhook")
+    ap.add_argument("--listen", default=env.get("WEBHOOK_LISTEN", d.listen))
+    ap.add_argument("--tls-cert-file", default=env.get("WEBHOOK_TLS_CERT", str(d.tls_cert_file)))
+    ap.add_argument("--tls-key-file", default=env.get("WEBHOOK_TLS_KEY", str(d.tls_key_file)))
+    ap.add_argument("--kubeconfig", default=env.get("KUBECONFIG"))
+    ap.add_argument("--log-level", default=env.get("LOG_LEVEL", d.log_level))
+    a = ap.parse_args(argv)
+    return WebhookConfig(
+        slurm=slurm,
+        admission=admission,
+        listen=a.listen,
+        tls_cert_file=Path(a.tls_cert_file),
+        tls_key_file=Path(a.tls_key_file),
+        kubeconfig=a.kubeconfig,
+        log_level=a.log_level,
+    )
