@@ -1,7 +1,7 @@
 # slurmgate: Slurm schedules Kubernetes Pods.
 #
 #   make demo     local Slurm + Kubernetes control plane, deploy, watch a Pod land where Slurm chose
-#   make test     install everything needed, lint, unit + e2e tests against the real local cluster
+#   make test     install everything needed, lint (ruff, layer contracts), mypy, unit + e2e tests
 #
 # SLURM_VERSION (22.05, 24.11 or 26.05; default the newest) picks the local cluster's Slurm:
 #   SLURM_VERSION=24.11 make demo;  make test-matrix runs the e2e suite on every one.
@@ -54,6 +54,7 @@ slurm-root:
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy slurmgate webhook binder certs cluster bench
