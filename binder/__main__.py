@@ -13,8 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from binder import config, metrics
 from binder.config import BinderConfig
+from binder.controller import Controller
 from binder.leader import LeaderElector
-from binder.reconciler import Binder
 from slurmgate import logs
 from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
@@ -24,7 +24,7 @@ from slurmgate.slurm import SlurmClient
 log = logging.getLogger("slurmgate.binder")
 
 
-def health_app(binder: Binder, elector: LeaderElector) -> web.Application:
+def health_app(binder: Controller, elector: LeaderElector) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -50,7 +50,7 @@ async def run(cfg: BinderConfig) -> int:
     s, lease = cfg.slurm, cfg.lease
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
-    binder = Binder(kube, slurm, cfg.reconcile)
+    binder = Controller(kube, slurm, cfg.reconcile)
     elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
                             renew_seconds=lease.renew_seconds, identity=lease.identity)
     runner = web.AppRunner(health_app(binder, elector), access_log=None)

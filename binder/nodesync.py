@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from binder import metrics
+from binder.informer import Informer
+from binder.workqueue import WorkQueue
 from slurmgate import contract, scontrol
 from slurmgate.logs import kv
-from slurmgate.slurm import NodeInfo
-
-if TYPE_CHECKING:
-    from binder.reconciler import Binder
+from slurmgate.slurm import NodeInfo, SlurmClient
 
 log = logging.getLogger("slurmgate.nodesync")
 CACHE_SECONDS = 1.0
@@ -42,8 +41,10 @@ def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
 
 
 class NodeSync:
-    def __init__(self, binder: Binder) -> None:
-        self.binder = binder
+    def __init__(self, slurm: SlurmClient, nodes: Informer, queue: WorkQueue[str]) -> None:
+        self.slurm = slurm
+        self.nodes = nodes
+        self.queue = queue
         self._nodes: dict[str, NodeInfo] = {}
         self._at = 0.0
 
@@ -53,7 +54,7 @@ class NodeSync:
         return self._nodes.get(name)
 
     async def refresh(self) -> None:
-        self._nodes = {n.name: n for n in await self.binder.slurm.nodes()}
+        self._nodes = {n.name: n for n in await self.slurm.nodes()}
         self._at = time.monotonic()
 
     async def drifted(self) -> list[str]:
@@ -61,7 +62,7 @@ class NodeSync:
         check costs a REST call and a dict walk, not a queue item per Node."""
         await self.refresh()
         out = []
-        for key, node in list(self.binder.nodes.store.items()):
+        for key, node in list(self.nodes.store.items()):
             view = node_view(node)
             sn = self._nodes.get(view[0]) if view and view[0] else None
             if sn is not None and node_action(node, sn):
@@ -69,7 +70,7 @@ class NodeSync:
         return out
 
     async def _update(self, slurm_name: str, drain: bool, reason: str | None) -> None:
-        slurm = self.binder.slurm
+        slurm = self.slurm
         try:
             if drain:
                 await slurm.drain(slurm_name, reason or "")
@@ -79,18 +80,18 @@ class NodeSync:
             await scontrol.update_node(slurm_name, "DRAIN" if drain else "RESUME", reason,
                                        slurm.token())
 
-    async def handle(self, key: object) -> None:
+    async def handle(self, key: str) -> None:
         metrics.NODE_SYNCS.inc()
         try:
             await self._reconcile(str(key))
-            self.binder.node_queue.forget(key)
+            self.queue.forget(key)
         except Exception as e:
-            delay = self.binder.node_queue.retry(key)
+            delay = self.queue.retry(key)
             log.warning("node sync failed; will retry",
                         extra=kv(node=key, error=str(e), retry_in=round(delay, 2)))
 
     async def _reconcile(self, k8s_name: str) -> None:
-        node = self.binder.nodes.store.get(k8s_name)
+        node = self.nodes.store.get(k8s_name)
         if node is None:
             return
         slurm_name = (node["metadata"].get("labels") or {}).get(contract.NODE_LABEL)

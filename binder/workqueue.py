@@ -6,30 +6,33 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # a Request for Pods, a Node name for node sync
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(self, base_delay: float = 0.05, max_delay: float = 30.0) -> None:
-        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
-        self._dirty: set[Hashable] = set()  # queued, not yet taken
-        self._processing: set[Hashable] = set()
-        self._again: set[Hashable] = set()  # added while processing: re-queue when done
-        self._failures: dict[Hashable, int] = {}
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._queue: asyncio.Queue[K] = asyncio.Queue()
+        self._dirty: set[K] = set()  # queued, not yet taken
+        self._processing: set[K] = set()
+        self._again: set[K] = set()  # added while processing: re-queue when done
+        self._failures: dict[K, int] = {}
+        self._timers: dict[K, asyncio.TimerHandle] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
 
     def __len__(self) -> int:
         return len(self._dirty)
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: K) -> None:
         if key in self._processing:
             self._again.add(key)
         elif key not in self._dirty:
             self._dirty.add(key)
             self._queue.put_nowait(key)
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         if key in self._timers:
             if self._timers[key].when() <= asyncio.get_running_loop().time() + delay:
                 return
@@ -37,21 +40,21 @@ class WorkQueue:
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(delay, self._fire, key)
 
-    def _fire(self, key: Hashable) -> None:
+    def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
 
-    def retry(self, key: Hashable) -> float:
+    def retry(self, key: K) -> float:
         n = self._failures.get(key, 0) + 1
         self._failures[key] = n
         delay = min(self.max_delay, self.base_delay * 2 ** (n - 1)) * random.uniform(0.8, 1.2)
         self.add_after(key, delay)
         return delay
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         self._failures.pop(key, None)
 
-    async def get(self) -> Hashable:
+    async def get(self) -> K:
         key = await self._queue.get()
         self._dirty.discard(key)
         self._processing.add(key)
@@ -62,13 +65,13 @@ class WorkQueue:
             timer.cancel()
         return key
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._again:
             self._again.discard(key)
             self.add(key)
 
-    async def run_workers(self, n: int, handle: Callable[[Hashable], Awaitable[None]]) -> None:
+    async def run_workers(self, n: int, handle: Callable[[K], Awaitable[None]]) -> None:
         async def worker() -> None:
             while True:
                 key = await self.get()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from binder import gang, state
+from binder import decide as gang
+from binder import decide as state
 from slurmgate import contract
 from slurmgate.slurm import ENDING_STATES, JobInfo
 
@@ -37,28 +40,34 @@ def job(st: str, nodes: tuple[str, ...] = (), preempt: int = 0) -> JobInfo:
                    submit_time=int(NOW) - 5, start_time=0, end_time=0, preempt_time=preempt)
 
 
+def decide_group(members: list[dict], job_of, w: state.World,
+                 timeout: float = 300.0) -> state.Decision:
+    return state.decide(state.Unit(tuple(members), gang=True), job_of,
+                        dataclasses.replace(w, group_timeout=timeout))
+
+
 def jobs(j: JobInfo | None):
     return lambda claim: j if claim == "c" else None
 
 
 def test_incomplete_group_waits_then_complete_group_submits_in_rank_order() -> None:
-    assert gang.decide_group([member(0), member(1)], jobs(None), W).action == gang.WAIT
-    d = gang.decide_group([member(2), member(0), member(1)], jobs(None), W)
+    assert decide_group([member(0), member(1)], jobs(None), W).action == gang.WAIT
+    d = decide_group([member(2), member(0), member(1)], jobs(None), W)
     assert d.action == gang.SUBMIT
     assert [m["metadata"]["name"] for m in d.members] == ["m0", "m1", "m2"]
 
 
 def test_group_incomplete_past_timeout_is_reported() -> None:
     late = state.World(slurm_synced=True, now=NOW + 3600, node_for=NODES)
-    d = gang.decide_group([member(0)], jobs(None), late, timeout=10)
+    d = decide_group([member(0)], jobs(None), late, timeout=10)
     assert d.action == gang.WAIT and d.reason == "GroupIncomplete"
-    assert gang.decide_group([member(0)], jobs(None), W, timeout=60).reason == ""
+    assert decide_group([member(0)], jobs(None), W, timeout=60).reason == ""
 
 
 def test_no_member_binds_until_whole_job_allocated() -> None:
     ms = [member(i, "c") for i in range(3)]
-    assert gang.decide_group(ms, jobs(job("PENDING")), W).action == gang.STATUS
-    d = gang.decide_group(ms, jobs(job("RUNNING", ("n3", "n1", "n4"))), W)
+    assert decide_group(ms, jobs(job("PENDING")), W).action == gang.STATUS
+    d = decide_group(ms, jobs(job("RUNNING", ("n3", "n1", "n4"))), W)
     assert d.action == gang.BIND
     # rank i -> the job's i-th node, in Slurm's order
     assert [(m["metadata"]["name"], node, sn) for m, node, sn in d.binds] == [
@@ -68,7 +77,7 @@ def test_no_member_binds_until_whole_job_allocated() -> None:
 def test_member_deleted_releases_group() -> None:
     ms = [member(0, "c", "kwok-n1"), member(1, "c", "kwok-n2"),
           member(2, "c", "kwok-n3", deleting=True)]
-    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
+    d = decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
     assert d.action == gang.RELEASE and d.reason == "GroupReleased"
     assert {m["metadata"]["name"] for m in d.evict} == {"m0", "m1"}
     assert d.cancel is None  # not while members still run on its nodes
@@ -76,7 +85,7 @@ def test_member_deleted_releases_group() -> None:
 
 def test_released_gated_members_wait_again_and_job_cancelled() -> None:
     ms = [member(0, "c"), member(1, "c"), member(2, "c", phase="Failed")]
-    d = gang.decide_group(ms, jobs(job("PENDING")), W)
+    d = decide_group(ms, jobs(job("PENDING")), W)
     assert d.action == gang.RELEASE
     assert {m["metadata"]["name"] for m in d.clear} == {"m0", "m1"}
     assert d.cancel is not None and d.cancel.job_id == 9
@@ -84,13 +93,13 @@ def test_released_gated_members_wait_again_and_job_cancelled() -> None:
 
 def test_last_members_gone_job_cancelled() -> None:
     ms = [member(2, "c", phase="Failed")]
-    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
+    d = decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W)
     assert d.action == gang.RELEASE and d.cancel is not None
 
 
 def test_preempted_group_job_evicts_every_member() -> None:
     ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
-    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"), preempt=5)), W)
+    d = decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"), preempt=5)), W)
     assert d.action == gang.EVICT and d.reason == "SlurmJobPreempted"
     assert len(d.evict) == 3
 
@@ -99,14 +108,14 @@ def test_cordoned_node_in_allocation_sends_group_back() -> None:
     w = state.World(slurm_synced=True, now=NOW,
                     node_for={**NODES, "n2": state.NodeRef("kwok-n2", True)})
     ms = [member(i, "c") for i in range(3)]
-    d = gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), w)
+    d = decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), w)
     assert d.action == gang.RELEASE and d.reason == "NodeCordoned"
     assert d.cancel is not None and len(d.clear) == 3
 
 
 def test_all_bound_running_is_steady() -> None:
     ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
-    assert gang.decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W).action == \
+    assert decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), W).action == \
         gang.NOTHING
 
 
@@ -114,16 +123,16 @@ def test_members_succeeding_do_not_evict_peers_and_last_one_frees_the_job() -> N
     ms = [member(0, "c", "kwok-n1", phase="Succeeded"), member(1, "c", "kwok-n2"),
           member(2, "c", "kwok-n3")]
     j = job("RUNNING", ("n1", "n2", "n3"))
-    assert gang.decide_group(ms, jobs(j), W).action == gang.NOTHING
+    assert decide_group(ms, jobs(j), W).action == gang.NOTHING
     done = [member(i, "c", f"kwok-n{i + 1}", phase="Succeeded") for i in range(3)]
-    d = gang.decide_group(done, jobs(j), W)
+    d = decide_group(done, jobs(j), W)
     assert d.action == gang.RELEASE and d.cancel is not None and not d.evict
 
 
 def test_timed_out_group_job_gives_the_same_reason_as_a_single_pod() -> None:
     # Gangs used to say SlurmJobEnded here; both paths now share state.end_reason().
     ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
-    d = gang.decide_group(ms, jobs(job("TIMEOUT", ("n1", "n2", "n3"))), W)
+    d = decide_group(ms, jobs(job("TIMEOUT", ("n1", "n2", "n3"))), W)
     assert d.action == gang.EVICT and d.reason == "SlurmJobTimeLimit"
 
 
@@ -131,5 +140,5 @@ def test_timed_out_group_job_gives_the_same_reason_as_a_single_pod() -> None:
 def test_group_and_single_pod_end_reasons_agree(st: str) -> None:
     ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
     j = job(st, ("n1", "n2", "n3"))
-    d = gang.decide_group(ms, jobs(j), W)
+    d = decide_group(ms, jobs(j), W)
     assert d.action == gang.EVICT and d.reason == state.end_reason(j)

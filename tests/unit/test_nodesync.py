@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from binder.controller import Controller as Binder
 from binder.nodesync import node_action, node_view
-from binder.reconciler import Binder
 from slurmgate import contract
 from slurmgate.slurm import JobInfo, NodeInfo
 
@@ -58,7 +58,7 @@ def binder_with_bound_pod() -> Binder:
     b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state="RUNNING", reason="",
                                     nodes=("n1",), comment="", partition="k8s",
                                     submit_time=1, start_time=2, end_time=0)
-    b.key_by_claim["c1"] = "ns/p"
+    b.index.key_by_claim["c1"] = "ns/p"
     return b
 
 
@@ -66,7 +66,7 @@ def test_heartbeat_enqueues_nothing_cordon_does() -> None:
     b = binder_with_bound_pod()
     first = knode()
     b._on_node("kwok-n1", None, first)  # a new Node: index it, look at its Pods and its drain
-    assert b.node_for["n1"].name == "kwok-n1"
+    assert b.index.node_for["n1"].name == "kwok-n1"
     assert len(b.queue) == 1 and len(b.node_queue) == 1
     b.queue = type(b.queue)()
     b.node_queue = type(b.node_queue)()
@@ -76,7 +76,7 @@ def test_heartbeat_enqueues_nothing_cordon_does() -> None:
     cordon = copy.deepcopy(beat)
     cordon["spec"]["unschedulable"] = True
     b._on_node("kwok-n1", beat, cordon)
-    assert b.node_for["n1"].unschedulable
+    assert b.index.node_for["n1"].unschedulable
     assert len(b.queue) == 1 and len(b.node_queue) == 1
 
 
@@ -86,9 +86,9 @@ def test_relabel_and_delete_move_the_index() -> None:
     b._on_node("kwok-n1", None, a)
     moved = knode(slurm="n2")
     b._on_node("kwok-n1", a, moved)
-    assert "n1" not in b.node_for and b.node_for["n2"].name == "kwok-n1"
+    assert "n1" not in b.index.node_for and b.index.node_for["n2"].name == "kwok-n1"
     b._on_node("kwok-n1", moved, None)
-    assert not b.node_for and not b.slurm_of
+    assert not b.index.node_for and not b.index.slurm_of
 
 
 class FakeSlurm:

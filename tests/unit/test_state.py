@@ -1,4 +1,4 @@
-"""The binder's decision table, case by case."""
+"""The binder's decision table for a single Pod (a unit of one), case by case."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from binder import state
+from binder import decide as state
 from slurmgate import contract
 from slurmgate.slurm import (
     ENDED_STATES,
@@ -46,6 +46,10 @@ def pod(gated: bool = True, node: str | None = None, phase: str = "Pending",
 
 
 W = state.World(slurm_synced=True, now=NOW, node_for=NODES)
+
+
+def decide(p: dict, j: JobInfo | None, w: state.World) -> state.Decision:
+    return state.decide(state.Unit.single(p), lambda _claim: j, w)
 
 
 @pytest.mark.parametrize("p,j,w,action,reason", [
@@ -95,20 +99,20 @@ W = state.World(slurm_synced=True, now=NOW, node_for=NODES)
     (pod(False, "kwok-n1", deleting=True), job("RUNNING", ("n1",)), W, state.NOTHING, ""),
 ])
 def test_decide(p: dict, j: JobInfo | None, w: state.World, action: str, reason: str) -> None:
-    d = state.decide(p, j, w)
+    d = decide(p, j, w)
     assert d.action == action, d
     assert d.reason == reason, d
 
 
 def test_bind_targets_the_mapped_node_and_records_status() -> None:
-    d = state.decide(pod(), job("RUNNING", ("n1",)), W)
+    d = decide(pod(), job("RUNNING", ("n1",)), W)
     assert d.node == "kwok-n1"
     assert d.status[contract.A_SLURM_NODE] == "n1"
     assert d.status[contract.A_JOB_STATE] == "RUNNING"
 
 
 def test_pending_status_carries_reason() -> None:
-    d = state.decide(pod(), job("PENDING", reason="Priority"), W)
+    d = decide(pod(), job("PENDING", reason="Priority"), W)
     assert d.status[contract.A_JOB_REASON] == "Priority"
     assert "Priority" in d.message
 

@@ -1,0 +1,226 @@
+"""Every side effect of the binder, as one public object: bind, evict, cancel, submit, status,
+clear. The controller carries out a Decision with these; nothing else writes to Kubernetes or
+Slurm (Events go through the Recorder these methods are given)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from binder import metrics
+from binder.config import ReconcileSettings
+from binder.events import Recorder
+from binder.informer import Informer
+from binder.jobs import JobTracker
+from binder.podview import Pod, is_gated, key_of
+from slurmgate import contract, faults, podrequest
+from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
+from slurmgate.logs import kv
+from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmError
+from slurmgate.slurm.placeholder import job_spec, pod_display_name
+
+log = logging.getLogger("slurmgate.actions")
+
+# the claims no cached Pod holds; adoption looks among their jobs
+UnclaimedJobs = Callable[[], list[JobInfo]]
+
+
+class Actions:
+    def __init__(self, kube: KubeClient, slurm: SlurmClient, events: Recorder, jobs: JobTracker,
+                 pods: Informer, settings: ReconcileSettings) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.events = events
+        self.jobs = jobs
+        self.pods = pods  # a bind is assumed in its store at once
+        self.settings = settings
+        self._evict_refused_since: dict[str, float] = {}
+
+    async def set_status(self, pod: Pod, status: dict[str, str]) -> None:
+        """Merge the status annotations; an empty value removes one."""
+        meta = pod["metadata"]
+        patch = {"metadata": {"annotations": {k: (v or None) for k, v in status.items()}}}
+        await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+
+    async def cancel(self, job: JobInfo, why: str) -> None:
+        await self.slurm.cancel(job.job_id, "KILL")
+        metrics.CANCELS.labels(why).inc()
+
+    async def clear(self, pod: Pod, reason: str, message: str) -> None:
+        """Send a gated gang member back to waiting for a new job of its group."""
+        await self.set_status(pod, {
+            contract.A_CLAIM: "", **dict.fromkeys(contract.JOB_ANNOTATIONS, ""),
+            contract.A_JOB_STATE: contract.JOB_STATE_GROUP_PENDING})
+        await self.events.emit(pod, reason, message, warning=True)
+
+    def _request(self, pods: list[Pod]) -> list[podrequest.PodRequest]:
+        return [podrequest.from_pod(p, self.settings.default_memory,
+                                    self.settings.default_partition) for p in pods]
+
+    async def submit_pod(self, pod: Pod) -> None:
+        """A single Pod's job, under the claim the webhook gave it."""
+        meta = pod["metadata"]
+        claim = (meta.get("annotations") or {}).get(contract.A_CLAIM)
+        if not claim:
+            await self.events.emit(pod, contract.EV_MISSING_CLAIM, f"Pod has no "
+                                   f"{contract.A_CLAIM} annotation (not admitted by the "
+                                   "webhook?)", warning=True)
+            return
+        try:
+            (r,) = self._request([pod])
+        except podrequest.PodRequestError as e:
+            await self.events.emit(pod, contract.EV_INVALID_REQUEST, str(e), warning=True)
+            return
+        spec = job_spec(r, claim, meta["namespace"], pod_display_name(meta))
+        try:
+            job_id = await self.slurm.submit(spec)
+        except SlurmError as e:
+            await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
+            raise
+        await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
+                                    contract.A_JOB_STATE: PENDING,
+                                    contract.A_JOB_REASON: "",
+                                    contract.A_SUBMITTED_AT: str(int(time.time()))})
+        self.jobs.kick()
+        await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
+                               f"submitted placeholder job {job_id}")
+
+    async def submit_group(self, gkey: str, members: list[Pod],
+                           unclaimed: UnclaimedJobs) -> None:
+        """One job with --nodes=len(members) for a complete gang, members in rank order."""
+        if not self.jobs.synced.is_set():
+            return  # never submit blind: a job of ours may already exist
+        ns, group = gkey.split("/", 1)
+        try:
+            reqs = self._request(members)
+        except podrequest.PodRequestError as e:
+            await asyncio.gather(*(self.events.emit(p, contract.EV_INVALID_REQUEST, str(e),
+                                                    warning=True) for p in members))
+            return
+        # One node per member; each node sized for the largest member.
+        r = dataclasses.replace(reqs[0], memory_mib=max(x.memory_mib for x in reqs),
+                                cpus=max(x.cpus for x in reqs), gpus=max(x.gpus for x in reqs))
+        # A job submitted for this group whose claim no member carries (we crashed between
+        # submitting and annotating): take it over rather than submit a second one.
+        adopted = next((j for j in unclaimed() if contract.group_from_comment(j.comment) == gkey
+                        and j.state not in ENDING_STATES), None)
+        if adopted is not None:
+            claim = contract.claim_from_comment(adopted.comment) or ""
+            job_id = adopted.job_id
+        else:
+            claim = uuid.uuid4().hex
+            spec = dataclasses.replace(job_spec(r, claim, ns, f"group:{group}"),
+                                       nodes=len(members),
+                                       comment=contract.group_comment(claim, ns, group))
+            try:
+                job_id = await self.slurm.submit(spec)
+            except SlurmError as e:
+                await asyncio.gather(*(self.events.emit(p, contract.EV_SUBMIT_FAILED, str(e),
+                                                        warning=True) for p in members))
+                raise
+        now = str(int(time.time()))
+        await asyncio.gather(*(self.set_status(p, {
+            contract.A_CLAIM: claim, contract.A_JOB_ID: str(job_id),
+            contract.A_JOB_STATE: PENDING, contract.A_SUBMITTED_AT: now,
+            contract.A_GROUP_INDEX: str(rank)}) for rank, p in enumerate(members)))
+        self.jobs.kick()
+        await asyncio.gather(*(self.events.emit(
+            p, contract.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "
+            f"{'adopted' if adopted else 'submitted'} job {job_id} for {len(members)} nodes; "
+            f"this member is rank {rank}") for rank, p in enumerate(members)))
+        log.info("group job submitted", extra=kv(group=gkey, job=job_id, nodes=len(members)))
+
+    async def bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
+                   status: dict[str, str], message: str) -> None:
+        """Ungate (with the status, in one patch) and bind to `node`; a retry is harmless."""
+        meta = pod["metadata"]
+        path = pod_path(meta["namespace"], meta["name"])
+        status = {**status, contract.A_SLURM_NODE: slurm_node}
+        ops: list[dict[str, Any]] = []
+        gates = pod["spec"].get("schedulingGates") or []
+        if is_gated(pod):
+            # test first: if anything changed the gates meanwhile, fail and reconcile again
+            ops += [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
+                    {"op": "replace", "path": "/spec/schedulingGates",
+                     "value": [g for g in gates if g.get("name") != contract.GATE]}]
+        if not isinstance(meta.get("annotations"), dict):
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        have = meta.get("annotations") or {}
+        for k, v in status.items():
+            ann_path = f"/metadata/annotations/{pointer_escape(k)}"
+            if v:
+                ops.append({"op": "add", "path": ann_path, "value": v})
+            elif k in have:  # e.g. the pending reason, gone once running
+                ops.append({"op": "remove", "path": ann_path})
+        await self.kube.json_patch(path, ops)
+        faults.point("binder_after_ungate")
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                                "uid": meta["uid"]},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            await self.kube.create(pod_path(meta["namespace"], meta["name"], "binding"), binding)
+        except KubeError as e:
+            if e.status != 409:
+                raise
+            return  # already bound (our cache lagged, or a retry after a crash): nothing new
+        self._assume_bound(pod, node)
+        faults.point("binder_after_bind")
+        seen = self.jobs.seen_running_at.get(job.job_id)
+        if seen is not None:
+            metrics.BIND_LATENCY.observe(time.monotonic() - seen)
+        created = parse_time(meta.get("creationTimestamp"))
+        if created is not None:
+            metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
+        log.info("pod bound", extra=kv(pod=key_of(pod), node=node, job=job.job_id,
+                                       slurm_node=slurm_node))
+        await self.events.emit(pod, contract.EV_ALLOCATED,
+                               f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
+        await self.events.emit(pod, contract.EV_BOUND, message)
+
+    def _assume_bound(self, pod: Pod, node: str) -> None:
+        """Until the watch delivers the binding, a reconcile in between must not bind again."""
+        key = key_of(pod)
+        cached = self.pods.store.get(key)
+        if cached is not None and cached["metadata"].get("uid") == pod["metadata"]["uid"]:
+            self.pods.store[key] = {**cached, "spec": {
+                **cached["spec"], "nodeName": node,
+                "schedulingGates": [g for g in cached["spec"].get("schedulingGates") or []
+                                    if g.get("name") != contract.GATE]}}
+
+    async def evict(self, pod: Pod, reason: str, message: str,
+                    status: dict[str, str]) -> float | None:
+        """Evict (a PodDisruptionBudget may refuse: retry, then delete after a grace).
+        Returns when to try again if refused, else None."""
+        meta = pod["metadata"]
+        key = key_of(pod)
+        await self.events.emit(pod, reason, message, warning=True)
+        if status:
+            await self.set_status(pod, status)
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
+        try:
+            await self.kube.create(pod_path(meta["namespace"], meta["name"], "eviction"), body)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            if e.status != 429:
+                raise
+            since = self._evict_refused_since.setdefault(key, time.monotonic())
+            grace = self.settings.evict_grace
+            if time.monotonic() - since < grace:
+                await self.events.emit(pod, contract.EV_EVICTION_REFUSED, f"{e.message}; "
+                                       f"retrying, deleting after {grace:.0f}s", warning=True)
+                return 5.0
+            await self.kube.delete(pod_path(meta["namespace"], meta["name"]),
+                                   {"preconditions": {"uid": meta["uid"]}})
+        self._evict_refused_since.pop(key, None)
+        metrics.EVICTIONS.labels(reason).inc()
+        await self.events.emit(pod, contract.EV_EVICTED, f"evicted: {message}", warning=True)
+        return None

@@ -1,0 +1,234 @@
+"""The binder's controller: wiring, the event handlers, reconcile(Request) and the sweeps.
+
+A reconcile reads one unit (a Pod, or a gang) from the index, asks decide.decide() what to do
+and carries the Decision out through Actions. State lives in Pod annotations and in Slurm,
+never only here: the indexes are caches rebuilt from watches and polls after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from binder import decide, metrics
+from binder.actions import Actions
+from binder.config import ReconcileSettings
+from binder.decide import Decision, Unit, World
+from binder.events import Recorder
+from binder.index import Index, Request
+from binder.informer import Informer
+from binder.jobs import JobTracker
+from binder.nodesync import NodeSync
+from binder.podview import ann, is_gated, key_of
+from binder.workqueue import WorkQueue
+from slurmgate import contract
+from slurmgate.kube import KubeClient
+from slurmgate.logs import kv
+from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
+
+log = logging.getLogger("slurmgate.binder")
+
+STUCK_AFTER = 30.0
+ANNOUNCED_MAX = 100_000
+
+
+class Controller:
+    def __init__(self, kube: KubeClient, slurm: SlurmClient,
+                 settings: ReconcileSettings | None = None) -> None:
+        self.settings = settings or ReconcileSettings()
+        self.queue: WorkQueue[Request] = WorkQueue()
+        self.node_queue: WorkQueue[str] = WorkQueue()
+        self.events = Recorder(kube)
+        self.jobs = JobTracker(slurm, self._on_job)
+        self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
+                             label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
+        self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,
+                              label_selector=contract.NODE_LABEL)
+        self.index = Index(self.pods)
+        self.actions = Actions(kube, slurm, self.events, self.jobs, self.pods,
+                               self.settings)
+        self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
+        self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
+
+    # --- event handlers: cheap, they only index and enqueue ---
+    def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if new is not None and is_gated(new):
+            self.jobs.kick()
+        self.queue.add(self.index.pod_changed(key, old, new))
+
+    def _on_job(self, claim: str, job: JobInfo | None) -> None:
+        req = self.index.job_changed(claim)
+        if req is not None:
+            self.queue.add(req)
+
+    def _on_node(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        changed = self.index.node_changed(key, old, new, self.jobs.by_claim)
+        if changed is None:  # a status heartbeat: nothing the binder reads changed
+            return
+        requests, sync = changed
+        for req in requests:
+            self.queue.add(req)
+        if sync:
+            self.node_queue.add(key)
+
+    # --- reconcile ---
+    async def handle(self, req: Request) -> None:
+        try:
+            await self.reconcile(req)
+            self.queue.forget(req)
+        except Exception as e:
+            metrics.RECONCILE_ERRORS.inc()
+            delay = self.queue.retry(req)
+            log.warning("reconcile failed; will retry",
+                        extra=kv(pod=req.key, error=str(e), retry_in=round(delay, 2)))
+
+    async def reconcile(self, req: Request) -> None:
+        self.index.forget_gone(req, self.jobs.get)
+        unit = self.index.unit(req)
+        if not unit.members and not unit.gone_claims:
+            return
+        d = decide.decide(unit, self.jobs.get, World(
+            slurm_synced=self.jobs.synced.is_set(), now=time.time(),
+            node_for=self.index.node_for,
+            group_timeout=self.settings.group_timeout))
+        metrics.RECONCILES.labels(f"group{d.action}" if unit.gang else d.action).inc()
+        if not unit.gang and unit.members and d.action != decide.SUBMIT:
+            await self._announce(unit.members[0])
+        await self.apply(req, unit, d)
+
+    async def _announce(self, pod: dict[str, Any]) -> None:
+        """The webhook can't write Events (the Pod does not exist yet at admission)."""
+        uid = pod["metadata"].get("uid", "")
+        job_id = ann(pod).get(contract.A_JOB_ID)
+        if uid in self._announced or not job_id:
+            return
+        self._announced[uid] = None
+        if len(self._announced) > ANNOUNCED_MAX:
+            self._announced.clear()
+        await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
+                               f"placeholder job {job_id} submitted at admission", once=False)
+
+    async def apply(self, req: Request, unit: Unit, d: Decision) -> None:
+        act = self.actions
+        if d.action in (decide.NOTHING, decide.WAIT):
+            if d.reason:
+                await asyncio.gather(*(self.events.emit(p, d.reason, d.message, warning=True)
+                                       for p in d.members))
+            if d.requeue_after:
+                self.queue.add_after(req, d.requeue_after)
+            return
+        if d.action == decide.STATUS:
+            await asyncio.gather(*(act.set_status(p, d.status) for p in d.members))
+            if d.reason:
+                await asyncio.gather(*(self.events.emit(p, d.reason, d.message)
+                                       for p in d.members))
+        elif d.action == decide.BIND:
+            assert d.job is not None
+            await asyncio.gather(*(act.bind(b.pod, d.job, b.node, b.slurm_node, d.status,
+                                            decide.bind_message(d, b, unit.gang))
+                                   for b in d.binds))
+            if unit.gang:
+                log.info("group bound", extra=kv(group=req.key, job=d.job.job_id,
+                                                 nodes=[b.node for b in d.binds]))
+        elif d.action == decide.SUBMIT:
+            if unit.gang:
+                await act.submit_group(req.key, list(d.members),
+                                       lambda: list(self.index.unclaimed(self.jobs.by_claim)))
+            else:
+                await act.submit_pod(d.members[0])
+        elif d.action == decide.RESUBMIT:
+            if d.cancel is not None:
+                await act.cancel(d.cancel, "resubmit")
+            for p in d.members:
+                await self.events.emit(p, d.reason, d.message, warning=True)
+                await act.submit_pod(p)
+        else:  # EVICT, CANCEL, RELEASE: let go of Nodes and jobs
+            await self._release(req, unit, d)
+
+    async def _release(self, req: Request, unit: Unit, d: Decision) -> None:
+        act = self.actions
+        retry = await asyncio.gather(*(act.evict(p, d.reason, d.message, d.status)
+                                       for p in d.evict))
+        if any(r is not None for r in retry):  # a PodDisruptionBudget said no, for now
+            self.queue.add_after(req, min(r for r in retry if r is not None))
+        await asyncio.gather(*(act.clear(p, d.reason, d.message) for p in d.clear))
+        if d.cancel is not None:
+            why = ("group_released" if unit.gang else
+                   "pod_finished" if unit.members else "pod_deleted")
+            await act.cancel(d.cancel, why)
+            self.index.forget_gone(req, self.jobs.get, cancelled=d.cancel)
+            if d.action == decide.CANCEL:
+                await asyncio.gather(*(self.events.emit(p, d.reason, d.message)
+                                       for p in d.members))
+            if unit.members and contract.claim_from_comment(d.cancel.comment) in unit.gone_claims:
+                self.queue.add(req)  # the rest of the unit (e.g. a re-created Pod) decides next
+        if unit.gang and (d.evict or d.cancel):
+            log.info("group released", extra=kv(group=req.key, reason=d.reason,
+                                                evicted=len(d.evict)))
+        elif d.cancel is not None and not unit.members:
+            log.info("pod gone; job cancelled", extra=kv(pod=req.key, job=d.cancel.job_id))
+
+    # --- periodic sweeps (work proportional to our jobs, run rarely) ---
+    async def sweep(self, interval: float = 10.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep_once()
+            except Exception as e:
+                log.warning("sweep failed", extra=kv(error=str(e)))
+
+    async def sweep_once(self) -> None:
+        if not (self.pods.synced.is_set() and self.jobs.synced.is_set()):
+            return
+        for dup in self.jobs.duplicates:
+            await self.actions.cancel(dup, "duplicate")
+            log.info("duplicate job of a claim cancelled", extra=kv(job=dup.job_id))
+        self.jobs.duplicates = []
+        for req in list(self.index.gone_claims):
+            self.index.forget_gone(req, self.jobs.get)
+        now = time.time()
+        gated = stuck = 0
+        for claim, job in list(self.jobs.by_claim.items()):
+            key = self.index.key_by_claim.get(claim)
+            if key is None:
+                # already ending (usually our own KILL): cancelling again only costs
+                # slurmctld an RPC
+                if job.state in STOPPING_STATES:
+                    continue
+                # Pod never appeared (admission rejected later) or vanished while we were down
+                if job.submit_time and now - job.submit_time > self.settings.orphan_grace:
+                    await self.actions.cancel(job, "orphan")
+                    log.info("orphan job cancelled", extra=kv(job=job.job_id, claim=claim))
+                continue
+            pod = self.pods.store.get(key)
+            if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                continue
+            gated += 1
+            seen = self.jobs.seen_running_at.get(job.job_id)
+            if job.state == RUNNING and seen and time.monotonic() - seen > STUCK_AFTER:
+                stuck += 1
+                self.queue.add(self.index.request(key_of(pod)))
+        metrics.GATED.set(gated)
+        metrics.STUCK.set(stuck)
+        for node in await self.nodesync.drifted():  # e.g. a drain undone behind our back
+            self.node_queue.add(node)
+
+    async def _first_sync(self) -> None:
+        """Once both sides are known, look at every Pod once (e.g. jobs gone while we were down)."""
+        await self.pods.synced.wait()
+        await self.jobs.synced.wait()
+        for key in list(self.pods.store):
+            self.queue.add(self.index.request(key))
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(t) for t in (
+            self.nodes.run(), self.pods.run(), self.jobs.run(), self._first_sync(),
+            self.queue.run_workers(self.settings.workers, self.handle), self.sweep(),
+            self.node_queue.run_workers(2, self.nodesync.handle))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()

@@ -1,0 +1,305 @@
+"""The binder's one decision: (a unit of Pods, its Slurm job, the world) -> one Decision.
+
+A unit is what Slurm allocates as one job:
+- a single Pod, a group of one. Its claim is given at admission and kept for life, so starting
+  over means cancelling and resubmitting under the same claim;
+- a gang: N Pods sharing one job with --nodes=N. The binder gives the claim once all members
+  are there and takes it back when it releases the group, so starting over means waiting for
+  the whole group again.
+The gang rules are data and small branches below: all-or-nothing bind, rank i -> the job's
+i-th node, release on member loss.
+
+Level-triggered and pure: the decision depends only on what is observed now, so a restart at
+any moment just decides again. Unit-tested without any cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from binder.podview import (
+    NodeRef,
+    Pod,
+    ann,
+    bound,
+    created,
+    holds_node,
+    is_gated,
+    job_status,
+    live,
+    live_claim,
+    needs_kill,
+    occupies,
+    phase,
+    rank_key,
+    size_of,
+    stale_status,
+    submitted_at,
+)
+from slurmgate import contract
+from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
+
+# The one set of actions (also the `action` label of the reconcile metric).
+NOTHING = "Nothing"
+WAIT = "Wait"
+SUBMIT = "Submit"
+STATUS = "UpdateStatus"
+BIND = "Bind"
+EVICT = "Evict"
+CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
+RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
+RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
+
+# The Event reason that tells a user why Slurm took the Node back, by the job's end state.
+# PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still
+# RUNNING through its GraceTime.
+END_REASONS = {
+    "CANCELLED": contract.EV_JOB_CANCELLED,
+    "TIMEOUT": contract.EV_JOB_TIME_LIMIT,
+    "DEADLINE": contract.EV_JOB_TIME_LIMIT,
+    "NODE_FAIL": contract.EV_NODE_FAILED,
+}
+
+__all__ = ["NodeRef", "holds_node", "is_gated", "job_status"]  # re-exported for callers
+
+
+def end_reason(job: JobInfo) -> str:
+    """Why a Pod is evicted from its job's Node."""
+    if job.preempted:
+        return contract.EV_JOB_PREEMPTED
+    return END_REASONS.get(job.state, contract.EV_JOB_ENDED)
+
+
+@dataclass(frozen=True)
+class World:
+    slurm_synced: bool  # a full, successful job list has been seen
+    now: float  # wall clock seconds
+    node_for: Mapping[str, NodeRef] = field(default_factory=dict)  # Slurm node -> k8s Node
+    vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list
+    group_timeout: float = 300.0  # after this, an incomplete gang is reported
+
+
+@dataclass(frozen=True)
+class Unit:
+    members: tuple[Pod, ...]  # one Pod, or the gang's members the cache holds
+    gang: bool = False
+    gone_claims: frozenset[str] = frozenset()  # claims of members deleted meanwhile
+
+    @classmethod
+    def single(cls, pod: Pod | None, gone_claims: frozenset[str] = frozenset()) -> Unit:
+        return cls((pod,) if pod is not None else (), False, gone_claims)
+
+    @property
+    def size(self) -> int:
+        return size_of(list(self.members)) if self.gang else 1
+
+    def claim(self) -> str | None:
+        """The claim of the unit's current job, held by live members."""
+        if self.gang:
+            return live_claim(list(self.members))
+        return next((c for p in self.members if live(p) and (c := ann(p).get(contract.A_CLAIM))),
+                    None)
+
+
+class Bind(NamedTuple):
+    pod: Pod
+    node: str  # the Kubernetes Node
+    slurm_node: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    members: tuple[Pod, ...] = ()  # whom a status, submit, cancel or wait Event is about
+    binds: tuple[Bind, ...] = ()
+    evict: tuple[Pod, ...] = ()
+    clear: tuple[Pod, ...] = ()  # gang members sent back to waiting for a new job
+    cancel: JobInfo | None = None
+    job: JobInfo | None = None
+    reason: str = ""
+    message: str = ""
+    status: dict[str, str] = field(default_factory=dict)  # annotations to converge to
+    requeue_after: float | None = None
+
+    @property
+    def node(self) -> str | None:
+        return self.binds[0].node if self.binds else None
+
+
+JobOf = Callable[[str], JobInfo | None]
+
+
+def decide(u: Unit, job_of: JobOf, w: World) -> Decision:
+    released = _release_stale(u, job_of)
+    if released is not None:
+        return released
+    claim = u.claim()
+    if claim is None:
+        return _without_claim(u, w)
+    holders = tuple(sorted((p for p in u.members if live(p) and _claim(p) == claim),
+                           key=rank_key))
+    job = job_of(claim)
+    if job is None:
+        return _without_job(u, claim, holders, w)
+    if job.state in ENDING_STATES or job.preempted:
+        return Decision(EVICT, evict=holders, job=job, reason=end_reason(job),
+                        status=job_status(job), message=_end_message(u, job, holders))
+    succeeded = sum(1 for p in u.members if _claim(p) == claim and phase(p) == "Succeeded")
+    if len(holders) + succeeded < u.size and holds_node(job):
+        # members finishing normally keep the group; one that failed or left releases it
+        return _start_over(u, job, claim, holders, contract.EV_GROUP_RELEASED,
+                           f"a member of the group left ({len(holders)}/{u.size} remain); the "
+                           f"group is released and job {job.job_id} cancelled")
+    if job.state in WAITING_STATES:
+        return _waiting(u, job, holders)
+    if job.state == RUNNING:
+        return _running(u, job, claim, holders, w)
+    return Decision(NOTHING)
+
+
+def _claim(p: Pod) -> str | None:
+    return ann(p).get(contract.A_CLAIM) or None
+
+
+def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
+    """A job no live member holds any more (its Pods finished, were deleted, or are gone) is
+    cancelled, but only once none of its Pods still runs on its Node."""
+    current = u.claim()
+    stale = ({c for p in u.members if not live(p) and (c := _claim(p))} | u.gone_claims)
+    for claim in sorted(stale - {current}):
+        job = job_of(claim)
+        own = [p for p in u.members if _claim(p) == claim]
+        if job is None or not needs_kill(job) or any(occupies(p) for p in own):
+            continue
+        if u.gang:
+            return Decision(RELEASE, cancel=job, reason=contract.EV_GROUP_RELEASED,
+                            message=f"no member of the group runs any more; cancelled job "
+                                    f"{job.job_id}")
+        pod = own[0] if own else None
+        why = ("deleted" if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp")
+               else phase(pod))
+        return Decision(CANCEL, members=tuple(own), cancel=job, reason=contract.EV_JOB_RELEASED,
+                        message=f"Pod {why} before its job ended; cancelled job {job.job_id} "
+                                "to free the node")
+    return None
+
+
+def _without_claim(u: Unit, w: World) -> Decision:
+    """No job yet: submit once the whole unit is there (a single Pod always is)."""
+    fresh = tuple(sorted((p for p in u.members if live(p) and is_gated(p) and not _claim(p)),
+                         key=rank_key))
+    if u.size and len(fresh) >= u.size:
+        return Decision(SUBMIT, members=fresh[:u.size], reason=contract.EV_JOB_SUBMITTED)
+    if not fresh:
+        return Decision(NOTHING)
+    oldest = min(created(p) for p in fresh)
+    waited = w.now - oldest
+    if oldest and waited > w.group_timeout:
+        return Decision(WAIT, members=fresh, requeue_after=w.group_timeout,
+                        reason=contract.EV_GROUP_INCOMPLETE,
+                        message=f"group has {len(fresh)} of {u.size} members after "
+                                f"{int(waited)}s; its job is submitted when all are there")
+    return Decision(WAIT, requeue_after=max(1.0, w.group_timeout - waited))
+
+
+def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Decision:
+    gated = tuple(p for p in holders if not bound(p))
+    named = [p for p in holders if ann(p).get(contract.A_JOB_ID)
+             and ann(p).get(contract.A_JOB_STATE) != contract.JOB_STATE_SUBMIT_PENDING]
+    if not named:  # fail-open admission left the submit to us
+        return Decision(SUBMIT, members=gated, reason=contract.EV_JOB_SUBMITTED) if gated \
+            else Decision(NOTHING)
+    on_nodes = len(gated) < len(holders)
+    if not w.slurm_synced:  # never act on an ambiguous Slurm view
+        return Decision(NOTHING) if on_nodes else Decision(WAIT, requeue_after=1.0)
+    # A job just submitted may miss from a list for a moment; one that was seen RUNNING (a
+    # member is bound) has certainly left Slurm.
+    if not on_nodes and w.now - submitted_at(list(holders)) < w.vanish_grace:
+        return Decision(WAIT, requeue_after=max(1.0, w.vanish_grace / 4))
+    job_id = ann(named[0]).get(contract.A_JOB_ID)
+    message = (f"the group's job is no longer known to Slurm (claim {claim[:8]})" if u.gang
+               else f"job {job_id} is no longer known to Slurm"
+               + ("" if on_nodes else "; submitted a new placeholder job"))
+    return _start_over(u, None, claim, holders, contract.EV_JOB_VANISHED, message)
+
+
+def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ...],
+                reason: str, message: str) -> Decision:
+    """The unit's job is lost or unusable: members on Nodes are evicted, the waiting ones get a
+    new job (a single Pod at once, a gang when it is complete again)."""
+    on_nodes = tuple(p for p in holders if bound(p))
+    gated = tuple(p for p in holders if not bound(p))
+    if not u.gang:
+        if on_nodes:
+            return Decision(EVICT, evict=on_nodes, job=job, reason=reason, message=message)
+        return Decision(RESUBMIT, members=gated, cancel=job, job=job, reason=reason,
+                        message=message)
+    occupied = any(occupies(p) for p in u.members if _claim(p) == claim)
+    return Decision(RELEASE, evict=on_nodes, clear=gated, job=job, reason=reason,
+                    cancel=None if occupied else job, message=message)
+
+
+def _waiting(u: Unit, job: JobInfo, holders: tuple[Pod, ...]) -> Decision:
+    on_nodes = tuple(p for p in holders if bound(p))
+    if on_nodes:  # requeued (e.g. preempted with PreemptMode=REQUEUE): the Node went back
+        return Decision(EVICT, evict=on_nodes, job=job, reason=end_reason(job),
+                        status=job_status(job), message=_end_message(u, job, on_nodes))
+    st = job_status(job)
+    stale = tuple(p for p in holders if stale_status(p, st))
+    if not stale:
+        return Decision(NOTHING)
+    return Decision(STATUS, members=stale, status=st, job=job, reason=contract.EV_JOB_PENDING,
+                    message=f"{'group ' if u.gang else ''}job {job.job_id} {job.state}: "
+                            f"{job.reason}")
+
+
+def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: World) -> Decision:
+    if len(job.nodes) < u.size:  # all or nothing: a gang binds once Slurm allocated it whole
+        return Decision(WAIT, requeue_after=0.5)
+    # rank i -> the job's i-th node, counting members that already finished (their node is
+    # theirs: a live member must not take it)
+    ranked = sorted((p for p in u.members if _claim(p) == claim), key=rank_key)
+    binds = []
+    for p, slurm_node in zip(ranked, job.nodes, strict=False):
+        if bound(p) or not live(p):
+            continue
+        ref = w.node_for.get(slurm_node)
+        if ref is None:  # never ungate blindly
+            return Decision(WAIT, members=(p,), requeue_after=5.0,
+                            reason=contract.EV_NODE_NOT_FOUND,
+                            message=f"Slurm allocated {slurm_node} but no Kubernetes Node has "
+                                    f"label {contract.NODE_LABEL}={slurm_node}")
+        if ref.unschedulable:
+            return _start_over(u, job, claim, holders, contract.EV_NODE_CORDONED,
+                               f"Slurm allocated {slurm_node} but Node {ref.name} is cordoned; "
+                               f"cancelled job {job.job_id}"
+                               + (", the group waits again" if u.gang else " and resubmitted"))
+        binds.append(Bind(p, ref.name, slurm_node))
+    if binds:
+        return Decision(BIND, binds=tuple(binds), job=job, reason=contract.EV_BOUND,
+                        status=job_status(job, job.nodes[0]),
+                        message=f"{'group job' if u.gang else 'Slurm job'} {job.job_id}")
+    if not u.gang:
+        # A gang member's status is written at bind with its own node; a single Pod's is
+        # refreshed here too (e.g. bound by an older binder that wrote no status).
+        st = job_status(job, job.nodes[0])
+        if stale_status(holders[0], st):
+            return Decision(STATUS, members=holders[:1], status=st, job=job)
+    return Decision(NOTHING)
+
+
+def bind_message(d: Decision, b: Bind, gang: bool) -> str:
+    rank = f" (rank {rank_key(b.pod)[0]})" if gang else ""
+    return f"{d.message} allocated {b.slurm_node}{rank}; bound to Node {b.node}"
+
+
+def _end_message(u: Unit, job: JobInfo, pods: tuple[Pod, ...]) -> str:
+    why = (f"{'the group' if u.gang else 'Slurm'}'s job {job.job_id} is {job.state}"
+           + (" (preempted by Slurm)" if job.preempted else "")
+           + (f" ({job.reason})" if job.reason not in ("", "None") else ""))
+    if u.gang:
+        return f"{why}; every member is evicted"
+    return why + ("; the Node goes back to Slurm" if any(bound(p) for p in pods)
+                  else " before the Pod started")

@@ -1,0 +1,133 @@
+"""The binder's indexes over its caches, and the typed Request they produce.
+
+Claim <-> Pod, gang -> members, Slurm node <-> Kubernetes Node, and the claims of Pods deleted
+since their unit was last reconciled. Event handlers update these and get back the Requests
+to queue; a reconcile turns a Request into a decide.Unit. Everything here is rebuilt from
+watches and polls after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from binder.decide import Unit
+from binder.informer import Informer
+from binder.nodesync import node_view
+from binder.podview import NodeRef, Pod, ann, needs_kill
+from slurmgate import contract
+from slurmgate.slurm import JobInfo
+
+
+@dataclass(frozen=True)
+class Request:
+    """One unit to reconcile: a single Pod, or a gang by its group name. Hashable, so the
+    work queue holds each unit once and never runs it twice at the same time."""
+    namespace: str
+    name: str
+    gang: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def request_for(key: str, pod: Pod | None) -> Request:
+    """A gang member is reconciled with its whole group."""
+    ns, name = key.split("/", 1)
+    group = ann(pod or {}).get(contract.A_GROUP)
+    return Request(ns, group, True) if group else Request(ns, name)
+
+
+class Index:
+    def __init__(self, pods: Informer) -> None:
+        self.informer = pods  # its store is replaced on a relist: always read it through here
+        self.key_by_claim: dict[str, str] = {}
+        self.claim_by_key: dict[str, str] = {}
+        self.group_keys: dict[str, set[str]] = {}  # "ns/group" -> member Pod keys
+        self.node_for: dict[str, NodeRef] = {}  # Slurm node -> k8s Node
+        self.slurm_of: dict[str, str] = {}  # k8s Node -> Slurm node
+        self.gone_claims: dict[Request, set[str]] = {}  # claims of deleted Pods, by unit
+
+    def request(self, key: str) -> Request:
+        return request_for(key, self.informer.store.get(key))
+
+    def pod_changed(self, key: str, old: Pod | None, new: Pod | None) -> Request:
+        obj = new or old or {}
+        claim = ann(obj).get(contract.A_CLAIM)
+        req = request_for(key, obj)
+        if req.gang:
+            members = self.group_keys.setdefault(req.key, set())
+            if new is None:
+                members.discard(key)
+                if not members:
+                    self.group_keys.pop(req.key, None)
+            else:
+                members.add(key)
+        if new is None:
+            if claim and self.key_by_claim.get(claim) == key:
+                del self.key_by_claim[claim]
+                # another member of the gang may hold the same claim
+                for other in self.group_keys.get(req.key, ()) if req.gang else ():
+                    self.key_by_claim[claim] = other
+                    break
+            self.claim_by_key.pop(key, None)
+            if claim:
+                self.gone_claims.setdefault(req, set()).add(claim)
+            return req
+        if claim:
+            self.key_by_claim[claim] = key
+            self.claim_by_key[key] = claim
+        return req
+
+    def job_changed(self, claim: str) -> Request | None:
+        key = self.key_by_claim.get(claim)
+        return self.request(key) if key is not None else None
+
+    def node_changed(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None,
+                     jobs: dict[str, JobInfo]) -> tuple[list[Request], bool] | None:
+        """The units to look at again and whether the Node's drain may need syncing; None for
+        a change the binder does not read (a status heartbeat)."""
+        before, after = node_view(old), node_view(new)
+        if before == after:
+            return None
+        prev = self.slurm_of.pop(key, None)
+        if prev:
+            self.node_for.pop(prev, None)
+        slurm_name = after[0] if after else None
+        requests = []
+        if after is not None and slurm_name:
+            self.node_for[slurm_name] = NodeRef(key, after[1])
+            self.slurm_of[key] = slurm_name
+            # Pods waiting on this node (e.g. it just appeared) get another look
+            for claim, job in jobs.items():
+                if slurm_name in job.nodes and claim in self.key_by_claim:
+                    requests.append(self.request(self.key_by_claim[claim]))
+        return requests, bool(slurm_name or (before and before[0]))
+
+    def unit(self, req: Request) -> Unit:
+        gone = frozenset(self.gone_claims.get(req, ()))
+        if not req.gang:
+            return Unit.single(self.informer.store.get(req.key), gone)
+        keys = sorted(self.group_keys.get(req.key, ()))
+        return Unit(tuple(self.informer.store[k] for k in keys
+                     if k in self.informer.store), True, gone)
+
+    def forget_gone(self, req: Request, job_of: Callable[[str], JobInfo | None],
+                    cancelled: JobInfo | None = None) -> None:
+        """Drop the deleted Pods' claims whose job needs nothing more from us."""
+        claims = self.gone_claims.get(req)
+        if not claims:
+            return
+        for claim in list(claims):
+            job = job_of(claim)
+            if job is None or not needs_kill(job) or (
+                    cancelled is not None and job.job_id == cancelled.job_id):
+                claims.discard(claim)
+        if not claims:
+            del self.gone_claims[req]
+
+    def unclaimed(self, jobs: dict[str, JobInfo]) -> Iterator[JobInfo]:
+        """Jobs of ours no cached Pod holds the claim of."""
+        return (job for claim, job in jobs.items() if claim not in self.key_by_claim)

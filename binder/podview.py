@@ -1,0 +1,114 @@
+"""What the binder reads of a Pod and of a Slurm job, as plain functions of the objects.
+
+Shared by the decision (decide.py), the index and the actions, so that "bound", "live" or
+"the status a job implies" mean one thing everywhere.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from slurmgate import contract
+from slurmgate.kube import parse_time
+from slurmgate.slurm import RELEASED_STATES, STOPPING_STATES, JobInfo
+
+Pod = dict[str, Any]
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A Kubernetes Node as the decision needs it, found by its Slurm node label."""
+    name: str
+    unschedulable: bool
+
+
+def ann(pod: Pod) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def key_of(pod: Pod) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def is_gated(pod: Pod) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == contract.GATE for g in gates)
+
+
+def bound(pod: Pod) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def phase(pod: Pod) -> str | None:
+    return (pod.get("status") or {}).get("phase")
+
+
+def live(pod: Pod) -> bool:
+    """Neither deleted nor finished: it still wants its node."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and (
+        phase(pod) not in FINISHED_PHASES)
+
+
+def occupies(pod: Pod) -> bool:
+    """Bound and its containers may still run (a deleted Pod terminates for a while): its job
+    must keep the Node until then, or Slurm would start another job beside it."""
+    return bound(pod) and phase(pod) not in FINISHED_PHASES
+
+
+def rank_key(pod: Pod) -> tuple[int, str]:
+    raw = ann(pod).get(contract.A_GROUP_INDEX)
+    idx = int(raw) if raw and raw.isdigit() else 1 << 30
+    return idx, (pod.get("metadata") or {}).get("name", "")
+
+
+def size_of(members: list[Pod]) -> int:
+    sizes = [int(s) for p in members if (s := ann(p).get(contract.A_GROUP_SIZE, "")).isdigit()]
+    return max(sizes) if sizes else 0
+
+
+def live_claim(members: list[Pod]) -> str | None:
+    """The claim most live members hold: the unit's current job."""
+    claims = Counter(c for p in members if live(p) and (c := ann(p).get(contract.A_CLAIM)))
+    return claims.most_common(1)[0][0] if claims else None
+
+
+def created(pod: Pod) -> float:
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or 0.0
+
+
+def submitted_at(pods: list[Pod]) -> float:
+    """When the newest of these Pods' jobs was submitted (0 when unknown)."""
+    try:
+        return max((float(ann(p).get(contract.A_SUBMITTED_AT, "0") or 0) for p in pods),
+                   default=0.0)
+    except ValueError:
+        return 0.0
+
+
+def holds_node(job: JobInfo) -> bool:
+    """The job's placeholder may still be on its Node (PREEMPTED included, see models.py)."""
+    return job.state not in RELEASED_STATES
+
+
+def needs_kill(job: JobInfo) -> bool:
+    """Releasing the job's Node takes our KILL: it holds the Node and Slurm is not already
+    releasing it (COMPLETING is usually our own KILL at work)."""
+    return job.state not in STOPPING_STATES
+
+
+def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
+    """The status annotations a Pod of this job converges to."""
+    st = {contract.A_JOB_ID: str(job.job_id), contract.A_JOB_STATE: job.state,
+          contract.A_JOB_REASON: job.reason if job.reason not in ("", "None") else ""}
+    if slurm_node:
+        st[contract.A_SLURM_NODE] = slurm_node
+    return st
+
+
+def stale_status(pod: Pod, want: dict[str, str]) -> bool:
+    have = ann(pod)
+    return any(have.get(k, "") != v for k, v in want.items())
