@@ -1,0 +1,151 @@
+"""What a bench run leaves behind besides the raw figures: the stdout table, the pass/miss
+verdict against the targets, and the fingerprint of the code that was measured."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from bench.stats import fmt
+
+
+def table(results: dict[str, Any]) -> str:
+    lines: list[str] = []
+
+    def row(*cells: Any, widths: tuple[int, ...] = (44, 11, 11, 11, 12)) -> None:
+        lines.append("  ".join(fmt(c).ljust(w) if i == 0 else fmt(c).rjust(w)
+                               for i, (c, w) in enumerate(zip(cells, widths, strict=False))))
+
+    m = results["machine"]
+    lines.append(f"slurmgate bench  {results['started']}  {m['cpus']} CPUs  {m['mem_gib']} GiB  "
+                 f"nodes={results['nodes']}  concurrency={results['concurrency']}")
+    if results.get("node_probe"):
+        lines.append("")
+        lines.append("node probe (real slurmd, cluster.local.up)")
+        row("nodes", "up s", "slurmd RSS", "slurmd PSS", "idle CPU",
+            widths=(44, 11, 11, 11, 12))
+        for p in results["node_probe"]:
+            if p.get("ok"):
+                row(p["nodes"], p["seconds"], f"{p['slurmd_rss_mib']:.0f}M",
+                    f"{p['slurmd_pss_mib']:.0f}M", f"{p['idle_cpu_cores_slurm']:.2f}")
+            else:
+                row(p["nodes"], p.get("seconds"), "FAILED", p.get("error", "")[:60])
+    adm = results.get("admission")
+    if adm:
+        lines.append("")
+        lines.append("admission (ms)                                      p50          p95"
+                     "          p99         n")
+        for label in ("unmarked", "marked"):
+            x = adm[label]
+            c = x["client_create"]
+            row(f"{label}: client create (seq)", c["p50_ms"], c["p95_ms"], c["p99_ms"], c["n"])
+            h = x["apiserver_webhook"]
+            row(f"{label}: apiserver webhook histogram", h["p50_ms"], h["p95_ms"],
+                h["p99_ms"], h["n"])
+            if label == "marked":
+                h = x["webhook_marked"]
+                row("marked: webhook own histogram", h["p50_ms"], h["p95_ms"], h["p99_ms"],
+                    h["n"])
+                h = x["slurm_submit"]
+                row("marked: slurmrestd submit", h["p50_ms"], h["p95_ms"], h["p99_ms"],
+                    h["n"])
+        for label in ("unmarked", "marked"):
+            t = adm["throughput"][label]
+            c = t["client_create"]
+            row(f"{label}: x{adm['concurrency']} concurrent (creates/s)", c["p50_ms"],
+                c["p95_ms"], c["p99_ms"], f"{t['creates_per_s']}/s")
+    for b in results.get("bursts", []):
+        s, o, ks, sl = b["size"], b["ours"], b["kube_scheduler"], b["slurm"]
+        lines.append("")
+        mode = (f"CHURN: {s} Pods > {results['nodes']} nodes, each Pod deleted once bound "
+                "(throughput with churn)" if o.get("churn") else "burst fits the nodes")
+        lines.append(f"burst {s}  ({mode})")
+        lines.append("                                                    p50          p99"
+                     "    makespan s     per s")
+        row("kube-scheduler floor: create -> bound (ms)", ks.get("p50_ms"), ks.get("p99_ms"),
+            ks.get("makespan_s"), ks.get("per_s"))
+        row("Slurm floor: REST submit -> RUNNING (ms)", sl.get("p50_ms"), sl.get("p99_ms"),
+            sl.get("makespan_s"), sl.get("per_s"))
+        row("slurmgate: create -> bound (ms)", o.get("p50_ms"), o.get("p99_ms"),
+            o.get("makespan_s"), o.get("per_s"))
+        rb = o["running_to_bound_binder_metric"]
+        row("slurmgate: RUNNING -> bound, binder metric", rb["p50_ms"], rb["p99_ms"])
+        rw = o["running_to_bound_watch"]
+        row("slurmgate: RUNNING -> bound, bench watch", rw["p50_ms"], rw["p99_ms"])
+        row("slurmgate: create call (admission, ms)", o["create"]["p50_ms"],
+            o["create"]["p99_ms"])
+        ov = b["overhead"]
+        row("overhead = ours / max(floors)", f"{ov['p50']}x", f"{ov['p99']}x",
+            f"{ov['makespan']}x")
+        row("binder CPU s (per 1000 Pods)", f"{o['binder_cpu_s']}",
+            f"({o['binder_cpu_s_per_1000']})")
+        row("binder RSS MiB now / peak", o["binder_rss_mib"], o["binder_rss_peak_mib"])
+        row("webhook RSS MiB now / peak", o["webhook_rss_mib"], o["webhook_rss_peak_mib"])
+        if "idle" in o:
+            i = o["idle"]
+            row(f"idle {i['window_s']:.0f}s, {i['bound_pods']} bound: reconciles / CPU s",
+                i["reconciles"], i["binder_cpu_s"], f"{i['binder_cpu_pct']}%")
+    mem = results.get("memory")
+    if mem:
+        lines.append("")
+        row("RSS MiB (webhook / binder) idle", mem["idle"]["webhook"], mem["idle"]["binder"])
+        if "max" in mem:
+            row(f"RSS MiB at {mem['max']['pods']} Pods (peak)", mem["max"]["webhook"],
+                mem["max"]["binder"])
+    if results.get("slurm_drained_nodes_resumed"):
+        rs = results["slurm_drained_nodes_resumed"]
+        lines.append("")
+        lines.append(f"Slurm drained {len(rs)} node(s) on its own during the run (resumed by the "
+                     f"bench): {sorted({r['reason'] for r in rs})}")
+    for rc in results.get("cleanup_recancelled") or []:
+        lines.append(f"cleanup {rc['phase']}: the bench cancelled {rc['jobs']} still-live "
+                     f"job(s) again after {rc['after_s']}s (e.g. {rc['sample']})")
+    t = results.get("targets")
+    if t:
+        lines.append("")
+        lines.append("targets")
+        for k, v in t.items():
+            lines.append(f"  {k:58} {v}")
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    adm = results.get("admission")
+    if adm:
+        p = adm["marked"]["client_create"]["p99_ms"]
+        out["admission p99 < 50 ms incl. submit (client, seq)"] = \
+            f"{p} ms {'OK' if p < 50 else 'MISSED'}"
+        p = adm["unmarked"]["client_create"]["p99_ms"]
+        out["unmarked create p99 < 5 ms (client, seq)"] = f"{p} ms {'OK' if p < 5 else 'MISSED'}"
+    for b in results.get("bursts", []):
+        o = b["ours"]
+        s = b["size"]
+        p = o["running_to_bound_binder_metric"]["p99_ms"]
+        out[f"[{s}] Slurm RUNNING -> bound p99 < 250 ms (binder metric)"] = \
+            f"{p} ms {'OK' if p < 250 else 'MISSED'}"
+        ps = o.get("per_s", 0)
+        out[f"[{s}] >= 50 Pods/s to bound"] = f"{ps}/s {'OK' if ps >= 50 else 'MISSED'}"
+        ov = b["overhead"]["makespan"]
+        out[f"[{s}] overhead (makespan) <= 1.5x"] = f"{ov}x {'OK' if ov <= 1.5 else 'MISSED'}"
+    idles = [(b["ours"]["idle"]["bound_pods"], b["ours"]["idle"]["reconciles"],
+              b["ours"]["idle"]["binder_cpu_s"]) for b in results.get("bursts", [])
+             if "idle" in b["ours"]]
+    if len(idles) >= 2:
+        lo, hi = min(idles), max(idles)
+        out[f"idle reconcile work flat ({lo[0]} vs {hi[0]} bound Pods)"] = \
+            f"reconciles {lo[1]:.0f} vs {hi[1]:.0f}, CPU s {lo[2]} vs {hi[2]}"
+    return out
+
+
+def code_fingerprint() -> dict[str, str]:
+    """sha1 (12 hex) of the Python sources the processes run, to tell runs apart."""
+    repo = Path(__file__).resolve().parent.parent
+    out = {}
+    for pkg in ("slurmgate", "binder", "webhook"):
+        h = hashlib.sha1()
+        for f in sorted((repo / pkg).glob("*.py")):
+            h.update(f.name.encode() + f.read_bytes())
+        out[pkg] = h.hexdigest()[:12]
+    return out
