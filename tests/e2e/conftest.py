@@ -2,6 +2,7 @@
 
 SLURMGATE_REUSE_CLUSTER=1 keeps a cluster that `make cluster-up` started (faster iteration);
 otherwise the session starts its own and stops every daemon by PID at the end.
+`restore` (with restart()) puts back what a fault test (test_faults_*.py) killed or reconfigured.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from typing import Any, TypeVar
 import pytest
 
 from cluster import bridge as bridge_mod
+from cluster import kube as kube_mod
 from cluster import local as local_mod
+from cluster import proc as proc_mod
+from cluster import slurm as slurm_mod
+from cluster import slurm_faults
 
 T = TypeVar("T")
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -161,3 +166,37 @@ def marked_pod(name: str, memory: str = "1Gi", annotations: dict[str, str] | Non
                      "containers": [{"name": "main", "image": "busybox",
                                      "resources": {"requests": {"memory": memory,
                                                                 "cpu": "1"}}}]}}
+
+
+# restart() lives here rather than in tests.e2e.faultkit because `restore` needs its DIRTY set,
+# and faultkit imports this module: importing faultkit back would be circular.
+DIRTY: set[str] = set()  # processes running with a test's extra env, restarted by `restore`
+
+
+def restart(bridge: bridge_mod.Bridge, name: str,
+            extra_env: dict[str, str] | None = None) -> None:
+    bridge_mod.stop_processes(bridge, (name,))
+    bridge_mod.start_processes(bridge, (name,), extra_env=extra_env)
+    if extra_env:
+        DIRTY.add(name)
+    else:
+        DIRTY.discard(name)
+
+
+@pytest.fixture
+def restore(local: local_mod.Local, bridge: bridge_mod.Bridge) -> Iterator[None]:
+    """Whatever a test killed comes back, and the processes run with the bridge's env."""
+    yield
+    s_dir = local.slurm.run_dir
+    for name in ("slurmctld", "slurmrestd"):
+        c = slurm_mod.load(s_dir)
+        if not proc_mod.alive(c.pids[name]):
+            local.slurm.pids[name] = slurm_faults.start_daemon(s_dir, name)
+    kc = kube_mod.load(Path(local.kube.run_dir))
+    if not proc_mod.alive(kc.pids["kube-apiserver"]):
+        local.kube.pids["kube-apiserver"] = kube_mod.start_daemon(
+            Path(local.kube.run_dir), "kube-apiserver")
+    for name in ("webhook", "binder"):
+        pid = bridge.pids.get(name)
+        if name in DIRTY or pid is None or not proc_mod.alive(pid):
+            restart(bridge, name)
