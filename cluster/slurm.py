@@ -5,8 +5,12 @@ Everything lives under ``run_dir``: an own munged (own socket and key), slurmctl
 touched, no systemd is used, and every daemon is stopped by its own PID. The Slurm release is
 chosen by ``SLURM_VERSION`` (22.05, 24.11, 26.05; see cluster/slurm_release.py).
 
-    python -m cluster.slurm up   [--dir D] [--nodes N] [--version V]
-    python -m cluster.slurm down [--dir D]
+This module starts a cluster; the SlurmCluster record it returns is cluster/slurm_cluster.py's
+and stop() is cluster/slurm_stop.py's (both re-exported here, so callers need only this one).
+
+    python -m cluster.slurm up     [--dir D] [--nodes N] [--version V]
+    python -m cluster.slurm down   [--dir D]
+    python -m cluster.slurm status [--dir D]
 
 Synchronous on purpose: this is a dev tool, not part of the event loop.
 """
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import pwd
 import shlex
@@ -25,90 +28,117 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cluster import proc, slurm_release
 from cluster.proc import ClusterError
+from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
 from cluster.slurm_conf import slurm_conf_text
+from cluster.slurm_stop import stop
 
-__all__ = ["ClusterError", "SlurmCluster", "load", "start", "stop"]
+__all__ = ["ClusterError", "SlurmCluster", "load", "start", "stop", "throwaway"]
 
 REST_USER = "slurmrest"
-# Every daemon we start carries this variable in its environment. slurmstepd inherits slurmd's
-# environment, so stop() can find the job step daemons of *this* cluster without matching names.
-MARKER_ENV = "SLURMGATE_SLURM_RUN_DIR"
 DEFAULT_DIR = Path("/tmp/slurmgate-slurm")
 # The Slurm commands a user of the local cluster types; each gets a wrapper in run_dir/bin.
 CLI_TOOLS = ("squeue", "sinfo", "scontrol", "sbatch", "scancel", "srun", "sacct")
 
 
-@dataclass
-class SlurmCluster:
-    run_dir: Path
-    conf: Path
-    rest_url: str
-    token_file: Path
-    nodes: list[str]
-    node_cpus: int
-    node_memory_mb: int
-    pids: dict[str, int] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    cluster_name: str = "sg"
-    version: str = "22.05"
-    # The chroot the daemons and CLI run in ("" = the host's own Slurm).
-    root: str = ""
+def start(
+    run_dir: Path,
+    n_nodes: int = 4,
+    cpus: int = 8,
+    memory_mb: int = 16000,
+    base_port: int = 16800,
+    *,
+    grace_time: int = 20,
+    token_lifespan: int = 86400,
+    timeout: float = 60.0,
+    version: str | None = None,
+) -> SlurmCluster:
+    """Start munged, slurmctld, n_nodes slurmd and slurmrestd; return when all are ready.
 
-    def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
-        """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""
-        return slurm_release.command(self.root, list(args), self.env)
-
-    def daemon(self, *args: str) -> tuple[list[str], dict[str, str]]:
-        """command() for a daemon: it also carries our marker, which its children inherit."""
-        argv, env = slurm_release.command(self.root, list(args), {**self.env, **self.daemon_env()})
-        return argv, {**env, **self.daemon_env()}
-
-    def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        argv, env = self.command(*args)
-        return proc.run(argv, env, timeout=timeout)
-
-    def client_env(self) -> dict[str, str]:
-        """os.environ plus SLURM_CONF (host Slurm only; use command() for every release)."""
-        return {**os.environ, **self.env}
-
-    def token(self) -> str:
-        return self.token_file.read_text().strip()
-
-    def rest_headers(self) -> dict[str, str]:
-        return {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": self.token()}
-
-    def daemon_env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.conf), MARKER_ENV: str(self.run_dir)}
-
-    def to_json(self) -> str:
-        d = asdict(self)
-        for k in ("run_dir", "conf", "token_file"):
-            d[k] = str(d[k])
-        return json.dumps(d, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> SlurmCluster:
-        d = json.loads(text)
-        for k in ("run_dir", "conf", "token_file"):
-            d[k] = Path(d[k])
-        return cls(**d)
-
-
-def _ensure_rest_user() -> None:
+    Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20.
+    On any failure the daemons started so far are stopped and ClusterError is raised.
+    """
+    run_dir = Path(run_dir).resolve()
+    rel = slurm_release.release(version)
+    root = slurm_release.build_root(rel)  # before anything starts: the first build is slow
+    if (run_dir / RECORD_FILE).exists():
+        stop(run_dir)  # a previous cluster in the same dir: never leave two running
+    _check_ports_free(base_port, n_nodes)
+    c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
+    _prepare_dirs(c)
+    if not root:
+        _ensure_rest_user()
+    # The record is saved after every daemon, so that stop() finds what runs even when this
+    # process is killed halfway.
     try:
-        pwd.getpwnam(REST_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", REST_USER],
-            check=True,
-            capture_output=True,
-        )
+        c.save()
+        slurm_release.enter(root, run_dir)
+        _write_cli_wrappers(c)
+        _start_munged(c)
+        c.save()
+        _write_config(c, rel, base_port, grace_time)
+        _start_slurmctld(c, timeout)
+        c.save()
+        _start_slurmds(c, timeout)
+        c.save()
+        _write_token(c, token_lifespan)
+        _start_slurmrestd(c, timeout)
+        c.save()
+        return c
+    except BaseException:
+        c.save()
+        stop(run_dir)
+        raise
+
+
+@contextlib.contextmanager
+def throwaway(prefix: str, base_port: int, **kw: Any) -> Iterator[SlurmCluster]:
+    """A 4-node cluster in a fresh /tmp dir (any start() keyword), stopped and removed after."""
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield start(run_dir, kw.pop("n_nodes", 4), base_port=base_port, **kw)
+    finally:
+        stop(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------- the steps of start(), in order
+
+
+def _check_ports_free(base_port: int, n_nodes: int) -> None:
+    proc.check_ports_free(
+        [base_port + 17, base_port + 18, base_port + 20]
+        + [base_port + 100 + i for i in range(1, n_nodes + 1)]
+    )
+
+
+def _new_cluster(run_dir: Path, version: str, root: str, n_nodes: int, cpus: int,
+                 memory_mb: int, base_port: int) -> SlurmCluster:
+    conf = run_dir / "slurm.conf"
+    return SlurmCluster(
+        run_dir=run_dir, conf=conf, rest_url=f"http://127.0.0.1:{base_port + 20}",
+        token_file=run_dir / "token", nodes=[f"n{i}" for i in range(1, n_nodes + 1)],
+        node_cpus=cpus, node_memory_mb=memory_mb, env={"SLURM_CONF": str(conf)},
+        cluster_name=f"sg{base_port}", version=version, root=root,
+    )
+
+
+def _prepare_dirs(c: SlurmCluster) -> None:
+    c.run_dir.mkdir(parents=True, exist_ok=True)
+    c.run_dir.chmod(0o755)
+    _check_traversable(c.run_dir)
+    for sub in ("state", "run", "log", "munge", "spool", "bin"):
+        p = c.run_dir / sub
+        if sub in ("state", "spool") and p.exists():
+            shutil.rmtree(p)  # fresh job/node state every time
+        p.mkdir(exist_ok=True)
+        p.chmod(0o755)
+    for n in c.nodes:
+        (c.run_dir / "spool" / n).mkdir(exist_ok=True)
 
 
 def _check_traversable(path: Path) -> None:
@@ -123,21 +153,15 @@ def _check_traversable(path: Path) -> None:
             )
 
 
-# ----------------------------------------------------------------------------- start
-
-
-def _prepare_dirs(run_dir: Path, nodes: list[str]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.chmod(0o755)
-    _check_traversable(run_dir)
-    for sub in ("state", "run", "log", "munge", "spool", "bin"):
-        p = run_dir / sub
-        if sub in ("state", "spool") and p.exists():
-            shutil.rmtree(p)  # fresh job/node state every time
-        p.mkdir(exist_ok=True)
-        p.chmod(0o755)
-    for n in nodes:
-        (run_dir / "spool" / n).mkdir(exist_ok=True)
+def _ensure_rest_user() -> None:
+    try:
+        pwd.getpwnam(REST_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", REST_USER],
+            check=True,
+            capture_output=True,
+        )
 
 
 def _write_cli_wrappers(c: SlurmCluster) -> None:
@@ -155,9 +179,13 @@ def _write_cli_wrappers(c: SlurmCluster) -> None:
         w.chmod(0o755)
 
 
+def _munge_socket(c: SlurmCluster) -> Path:
+    return c.run_dir / "munge" / "munge.sock"
+
+
 def _start_munged(c: SlurmCluster) -> None:
     mdir = c.run_dir / "munge"
-    msock, mkey, mpid = mdir / "munge.sock", mdir / "munge.key", mdir / "munged.pid"
+    msock, mkey, mpid = _munge_socket(c), mdir / "munge.key", mdir / "munged.pid"
     if not mkey.exists():
         proc.write_private(mkey, os.urandom(1024), 0o400)
     mlog = c.run_dir / "log" / "munged.log"
@@ -179,6 +207,17 @@ def _start_munged(c: SlurmCluster) -> None:
 
     proc.wait_until("munged", munge_ok, 15, [c.run_dir / "log" / "munged.out", mlog],
                     pid_alive=lambda: p.poll() is None)
+
+
+def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
+                  grace_time: int) -> None:
+    """jwt.key, slurm.conf and the release's cgroup.conf, read by slurmctld and slurmd."""
+    proc.write_private(c.run_dir / "jwt.key", os.urandom(32), 0o600)
+    c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
+                                      base_port, _munge_socket(c), c.cluster_name, grace_time))
+    c.conf.chmod(0o644)
+    if rel.cgroup_conf:
+        (c.run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
 
 
 def _start_slurmctld(c: SlurmCluster, timeout: float) -> None:
@@ -252,168 +291,6 @@ def _start_slurmrestd(c: SlurmCluster, timeout: float) -> None:
                     c.run_dir / "log" / "slurmrestd.out", pid_alive=lambda: p.poll() is None)
 
 
-def start(
-    run_dir: Path,
-    n_nodes: int = 4,
-    cpus: int = 8,
-    memory_mb: int = 16000,
-    base_port: int = 16800,
-    *,
-    grace_time: int = 20,
-    token_lifespan: int = 86400,
-    timeout: float = 60.0,
-    version: str | None = None,
-) -> SlurmCluster:
-    """Start munged, slurmctld, n_nodes slurmd and slurmrestd; return when all are ready.
-
-    Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20.
-    On any failure the daemons started so far are stopped and ClusterError is raised.
-    """
-    run_dir = Path(run_dir).resolve()
-    rel = slurm_release.release(version)
-    root = slurm_release.build_root(rel)  # before anything starts: the first build is slow
-    if (run_dir / "cluster.json").exists():
-        stop(run_dir)  # a previous cluster in the same dir: never leave two running
-    proc.check_ports_free(
-        [base_port + 17, base_port + 18, base_port + 20]
-        + [base_port + 100 + i for i in range(1, n_nodes + 1)]
-    )
-    nodes = [f"n{i}" for i in range(1, n_nodes + 1)]
-    _prepare_dirs(run_dir, nodes)
-    if not root:
-        _ensure_rest_user()
-    conf = run_dir / "slurm.conf"
-    c = SlurmCluster(
-        run_dir=run_dir, conf=conf, rest_url=f"http://127.0.0.1:{base_port + 20}",
-        token_file=run_dir / "token", nodes=nodes, node_cpus=cpus, node_memory_mb=memory_mb,
-        env={"SLURM_CONF": str(conf)}, cluster_name=f"sg{base_port}", version=rel.version,
-        root=root,
-    )
-
-    def save() -> None:
-        (run_dir / "cluster.json").write_text(c.to_json())
-
-    try:
-        save()
-        slurm_release.enter(root, run_dir)
-        _write_cli_wrappers(c)
-        _start_munged(c)
-        save()
-        proc.write_private(run_dir / "jwt.key", os.urandom(32), 0o600)
-        conf.write_text(slurm_conf_text(run_dir, nodes, cpus, memory_mb, base_port,
-                                        run_dir / "munge" / "munge.sock", c.cluster_name,
-                                        grace_time))
-        conf.chmod(0o644)
-        if rel.cgroup_conf:
-            (run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
-        _start_slurmctld(c, timeout)
-        save()
-        _start_slurmds(c, timeout)
-        save()
-        _write_token(c, token_lifespan)
-        _start_slurmrestd(c, timeout)
-        save()
-        return c
-    except BaseException:
-        save()
-        stop(run_dir)
-        raise
-
-
-@contextlib.contextmanager
-def throwaway(prefix: str, base_port: int, **kw: Any) -> Iterator[SlurmCluster]:
-    """A 4-node cluster in a fresh /tmp dir (any start() keyword), stopped and removed after."""
-    run_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    try:
-        yield start(run_dir, kw.pop("n_nodes", 4), base_port=base_port, **kw)
-    finally:
-        stop(run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------- stop
-
-
-def load(run_dir: Path) -> SlurmCluster:
-    return SlurmCluster.from_json((Path(run_dir) / "cluster.json").read_text())
-
-
-def _job_processes(run_dir: Path, cluster_name: str, daemon_pids: set[int]) -> set[int]:
-    """Processes of this cluster that are not its recorded daemons: slurmstepd (they carry our
-    marker, inherited from slurmd, and are re-parented to init), job processes (Slurm puts
-    SLURM_JOB_ID, SLURM_CONF and SLURM_CLUSTER_NAME into every job's environment) and all their
-    descendants. Children of the daemons themselves (slurmscriptd) are left to the daemons
-    while they live."""
-    conf = str(run_dir / "slurm.conf")
-    procs = proc.all_procs()
-    me = os.getpid()
-    roots: set[int] = set()
-    for pid, ppid in procs.items():
-        if pid == me or pid in daemon_pids or ppid in daemon_pids:
-            continue
-        env = proc.environ(pid)
-        if not env:
-            continue
-        if env.get(MARKER_ENV) == str(run_dir) or (
-            "SLURM_JOB_ID" in env
-            and (env.get("SLURM_CONF") == conf or env.get("SLURM_CLUSTER_NAME") == cluster_name)
-        ):
-            roots.add(pid)
-    found = roots | proc.descendants(roots, procs)
-    found.discard(me)
-    return found - daemon_pids
-
-
-def ours(run_dir: Path, pid: int) -> bool:
-    """A recorded PID is trusted only while the process carries our marker (PIDs get reused)."""
-    return pid > 1 and proc.alive(pid) and proc.environ(pid).get(MARKER_ENV) == str(run_dir)
-
-
-def stop(run_dir: Path) -> None:
-    """Stop every daemon of the cluster in run_dir by PID and kill leftover job processes.
-
-    Idempotent: a missing cluster.json or already-dead PIDs are fine.
-    """
-    run_dir = Path(run_dir).resolve()
-    pids: dict[str, int] = {}
-    cluster_name, root = "", ""
-    try:
-        c = load(run_dir)
-        pids, cluster_name, root = dict(c.pids), c.cluster_name, c.root
-    except (OSError, ValueError, TypeError, KeyError):
-        pass
-    # PID files may know about daemons cluster.json did not record yet (failed start).
-    for name, pf in [("munged", run_dir / "munge" / "munged.pid"),
-                     ("slurmctld", run_dir / "run" / "ctld.pid")]:
-        pid = proc.read_pid(pf)
-        if pid is not None:
-            pids.setdefault(name, pid)
-    for pf in (run_dir / "run").glob("d-*.pid"):
-        pid = proc.read_pid(pf)
-        if pid is not None:
-            pids.setdefault(f"slurmd-{pf.stem[2:]}", pid)
-
-    daemon_pids = {p for p in pids.values() if ours(run_dir, p)}
-    # Jobs first (slurmstepd would otherwise outlive slurmd), then slurmrestd, then slurmctld
-    # and all slurmd together, then leftovers, munged last.
-    proc.kill_now(_job_processes(run_dir, cluster_name, daemon_pids))
-    rest = pids.get("slurmrestd", 0)
-    if ours(run_dir, rest):
-        proc.signal_and_wait([rest], 10.0)
-    group = [v for k, v in pids.items()
-             if k not in ("munged", "slurmrestd") and ours(run_dir, v)]
-    proc.signal_and_wait(group, 15.0)
-    munged = pids.get("munged", 0)
-    alive_daemons = {munged} if ours(run_dir, munged) else set()
-    proc.kill_now(_job_processes(run_dir, cluster_name, alive_daemons))
-    if alive_daemons:
-        proc.signal_and_wait([munged], 10.0)
-    for k in list(pids):
-        if ours(run_dir, pids[k]):
-            print(f"warning: {k} (pid {pids[k]}) still alive", file=sys.stderr)
-    slurm_release.leave(root, run_dir)
-
-
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -449,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"token_file={c.token_file}")
     print(f"SLURM_CONF={c.conf}")
     print(f"nodes={','.join(c.nodes)}")
-    print(f"cli: {c.run_dir / 'bin'} (squeue, sinfo, scontrol, sbatch, scancel)")
+    print(f"cli: {c.run_dir / 'bin'} ({', '.join(CLI_TOOLS)})")
     return 0
 
 

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from cluster import proc
-from cluster.slurm import ctld_up, load, ours, restd_argv, restd_up
+from cluster.slurm import ctld_up, restd_argv, restd_up
+from cluster.slurm_cluster import load, ours
 
 
 def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
@@ -36,7 +37,7 @@ def start_daemon(run_dir: Path, name: str, timeout: float = 60.0) -> int:
         raise ValueError(f"cannot restart {name!r} (supported: slurmctld, slurmrestd)")
     p = proc.spawn(run_dir / "log", name, argv, env)
     c.pids[name] = p.pid
-    (run_dir / "cluster.json").write_text(c.to_json())
+    c.save()
     logs = [run_dir / "log" / f"{name}.out", run_dir / "log" / "ctld.log"]
     proc.wait_until(f"{name} restarted", ready, timeout, logs,
                     pid_alive=lambda: p.poll() is None)
