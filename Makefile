@@ -57,7 +57,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 typecheck: venv
-	$(VENV)/bin/mypy slurmgate webhook binder certs cluster bench
+	$(VENV)/bin/mypy slurmgate cluster bench
 
 test: deps lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

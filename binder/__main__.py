@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from binder import config, metrics
-from binder.config import BinderConfig
-from binder.controller import Controller
-from binder.leader import LeaderElector
 from slurmgate import logs
+from slurmgate.binder import config, metrics
+from slurmgate.binder.config import BinderConfig
+from slurmgate.binder.controller import Controller
+from slurmgate.binder.leader import LeaderElector
 from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv

@@ -12,13 +12,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from binder import metrics
-from binder.config import ReconcileSettings
-from binder.events import Recorder
-from binder.informer import Informer
-from binder.jobs import JobTracker
-from binder.podview import Pod, is_gated, key_of
 from slurmgate import contract, faults, podrequest
+from slurmgate.binder import metrics
+from slurmgate.binder.config import ReconcileSettings
+from slurmgate.binder.events import Recorder
+from slurmgate.binder.informer import Informer
+from slurmgate.binder.jobs import JobTracker
+from slurmgate.binder.podview import Pod, is_gated, key_of
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
 from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmError

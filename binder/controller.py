@@ -12,18 +12,18 @@ import logging
 import time
 from typing import Any
 
-from binder import decide, metrics
-from binder.actions import Actions
-from binder.config import ReconcileSettings
-from binder.decide import Decision, Unit, World
-from binder.events import Recorder
-from binder.index import Index, Request
-from binder.informer import Informer
-from binder.jobs import JobTracker
-from binder.nodesync import NodeSync
-from binder.podview import ann, is_gated, key_of
-from binder.workqueue import WorkQueue
 from slurmgate import contract
+from slurmgate.binder import decide, metrics
+from slurmgate.binder.actions import Actions
+from slurmgate.binder.config import ReconcileSettings
+from slurmgate.binder.decide import Decision, Unit, World
+from slurmgate.binder.events import Recorder
+from slurmgate.binder.index import Index, Request
+from slurmgate.binder.informer import Informer
+from slurmgate.binder.jobs import JobTracker
+from slurmgate.binder.nodesync import NodeSync
+from slurmgate.binder.podview import ann, is_gated, key_of
+from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.kube import KubeClient
 from slurmgate.logs import kv
 from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient

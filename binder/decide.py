@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from binder.podview import (
+from slurmgate import contract
+from slurmgate.binder.podview import (
     NodeRef,
     Pod,
     ann,
@@ -38,7 +39,6 @@ from binder.podview import (
     stale_status,
     submitted_at,
 )
-from slurmgate import contract
 from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 
 # The one set of actions (also the `action` label of the reconcile metric).

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from binder.decide import Unit
-from binder.informer import Informer
-from binder.nodesync import node_view
-from binder.podview import NodeRef, Pod, ann, needs_kill
 from slurmgate import contract
+from slurmgate.binder.decide import Unit
+from slurmgate.binder.informer import Informer
+from slurmgate.binder.nodesync import node_view
+from slurmgate.binder.podview import NodeRef, Pod, ann, needs_kill
 from slurmgate.slurm import JobInfo
 
 

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from binder import metrics
+from slurmgate.binder import metrics
 from slurmgate.kube import KubeClient, WatchExpired
 from slurmgate.logs import kv
 

@@ -14,8 +14,8 @@ import random
 import time
 from collections.abc import Callable
 
-from binder import metrics
 from slurmgate import contract
+from slurmgate.binder import metrics
 from slurmgate.logs import kv
 from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, JobInfo, SlurmClient
 

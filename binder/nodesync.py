@@ -6,10 +6,10 @@ import logging
 import time
 from typing import Any
 
-from binder import metrics
-from binder.informer import Informer
-from binder.workqueue import WorkQueue
 from slurmgate import contract, scontrol
+from slurmgate.binder import metrics
+from slurmgate.binder.informer import Informer
+from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.logs import kv
 from slurmgate.slurm import NodeInfo, SlurmClient
 

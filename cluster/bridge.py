@@ -50,11 +50,11 @@ def make_certs(run_dir: Path) -> Path:
     shutil.rmtree(run_dir / "kustomize", ignore_errors=True)
     shutil.copytree(REPO / "kustomize", run_dir / "kustomize",
                     ignore=shutil.ignore_patterns("generated"))
-    subprocess.run([_python(), "-m", "certs", "webhook", "--out", str(certs),
+    subprocess.run([_python(), "-m", "slurmgate.certs", "webhook", "--out", str(certs),
                     "--namespace", NAMESPACE, "--service", "slurmgate-webhook",
                     "--ip", "127.0.0.1", "--ca-bundle-out", str(certs / "ca-bundle.b64")],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    subprocess.run([_python(), "-m", "certs", "webhook-patch",
+    subprocess.run([_python(), "-m", "slurmgate.certs", "webhook-patch",
                     "--ca-bundle-file", str(certs / "ca-bundle.b64"),
                     "--url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate",
                     "--out", str(overlay(run_dir) / "generated" / "webhook-patch.yaml")],
@@ -100,7 +100,7 @@ def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
     env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, **b.env,
            **(extra_env or {})}
     for name in which:
-        module = "webhook" if name == "webhook" else "binder"
+        module = "slurmgate.webhook" if name == "webhook" else "slurmgate.binder"
         args = [_python(), "-m", module]
         if name == "webhook":
             args += [f"--listen=127.0.0.1:{WEBHOOK_PORT}",

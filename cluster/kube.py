@@ -19,8 +19,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from certs import pki
 from cluster import proc
+from slurmgate.certs import pki
 
 HERE = Path(__file__).resolve().parent
 

@@ -25,19 +25,19 @@ KIND_GEN := $(KIND_OVERLAY)/generated
 .PHONY: certs certs-kind render-local render-kind
 
 certs:
-	$(PYTHON) -m certs webhook --out $(CERTS_DIR) \
+	$(PYTHON) -m slurmgate.certs webhook --out $(CERTS_DIR) \
 	  --namespace $(WEBHOOK_NAMESPACE) --service $(WEBHOOK_SERVICE) --ip 127.0.0.1 \
 	  --days $(CERT_DAYS) --renew-before-days $(CERT_RENEW_BEFORE_DAYS) \
 	  --secret-manifest $(CERTS_DIR)/secret.yaml --ca-bundle-out $(CERTS_DIR)/ca-bundle.b64
-	$(PYTHON) -m certs webhook-patch --ca-bundle-file $(CERTS_DIR)/ca-bundle.b64 \
+	$(PYTHON) -m slurmgate.certs webhook-patch --ca-bundle-file $(CERTS_DIR)/ca-bundle.b64 \
 	  --url $(LOCAL_WEBHOOK_URL) --out $(LOCAL_OVERLAY)/generated/webhook-patch.yaml
 
 certs-kind:
-	$(PYTHON) -m certs webhook --out $(KIND_GEN) \
+	$(PYTHON) -m slurmgate.certs webhook --out $(KIND_GEN) \
 	  --namespace $(WEBHOOK_NAMESPACE) --service $(WEBHOOK_SERVICE) \
 	  --days $(CERT_DAYS) --renew-before-days $(CERT_RENEW_BEFORE_DAYS) \
 	  --ca-bundle-out $(KIND_GEN)/ca-bundle.b64
-	$(PYTHON) -m certs webhook-patch --ca-bundle-file $(KIND_GEN)/ca-bundle.b64 \
+	$(PYTHON) -m slurmgate.certs webhook-patch --ca-bundle-file $(KIND_GEN)/ca-bundle.b64 \
 	  --out $(KIND_GEN)/webhook-patch.yaml
 
 render-local: certs

@@ -14,11 +14,11 @@ from slurmgate.inventory import Inventory
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
-from webhook import config, metrics
-from webhook.admission import Admitter
-from webhook.config import WebhookConfig
-from webhook.lookup import OwnerLookup
-from webhook.server import CertReloader, TLSFiles, cancel, make_app, serve
+from slurmgate.webhook import config, metrics
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import WebhookConfig
+from slurmgate.webhook.lookup import OwnerLookup
+from slurmgate.webhook.server import CertReloader, TLSFiles, cancel, make_app, serve
 
 log = logging.getLogger("slurmgate.webhook")
 

@@ -19,9 +19,9 @@ from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
-from webhook import metrics
-from webhook.patch import gate_pod
-from webhook.validate import check_fit
+from slurmgate.webhook import metrics
+from slurmgate.webhook.patch import gate_pod
+from slurmgate.webhook.validate import check_fit
 
 log = logging.getLogger("slurmgate.webhook")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmgate.config import Env, SlurmSettings, env_bool, env_optional
-from webhook.admission import Settings
+from slurmgate.webhook.admission import Settings
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slurmgate.logs import kv
-from webhook import metrics
-from webhook.admission import Admitter, BadReview
+from slurmgate.webhook import metrics
+from slurmgate.webhook.admission import Admitter, BadReview
 
 log = logging.getLogger("slurmgate.webhook")
 

@@ -205,7 +205,7 @@ def test_second_replica_stands_by_and_takes_over(local: Local, admin: Kubectl, b
     port = bridge_mod.BINDER_PORT + 7
     log = open(Path(bridge.run_dir) / "log" / "binder-2.log", "ab")
     second = subprocess.Popen(
-        [sys.executable, "-m", "binder", f"--health-listen=127.0.0.1:{port}"],
+        [sys.executable, "-m", "slurmgate.binder", f"--health-listen=127.0.0.1:{port}"],
         env={**os.environ, **bridge.env}, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True)
     log.close()

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 with atheris.instrument_imports():
     from slurmgate import contract
+    from slurmgate.webhook.admission import Admitter, BadReview, Settings
+    from slurmgate.webhook.server import _depth_ok
     from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
-    from webhook.admission import Admitter, BadReview, Settings
-    from webhook.server import _depth_ok
 
 LOOP = asyncio.new_event_loop()
 NODES = node_map()

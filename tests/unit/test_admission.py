@@ -10,9 +10,9 @@ import jsonpatch
 import pytest
 
 from slurmgate import contract
+from slurmgate.webhook.admission import Admitter, BadReview, Settings
+from slurmgate.webhook.patch import gate_pod
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
-from webhook.admission import Admitter, BadReview, Settings
-from webhook.patch import gate_pod
 
 
 def admitter(submit: FakeSubmit | None = None, **kw: object) -> tuple[Admitter, FakeSubmit]:

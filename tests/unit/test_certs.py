@@ -1,4 +1,4 @@
-"""certs.pki and the `python -m certs` CLI."""
+"""certs.pki and the `python -m slurmgate.certs` CLI."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import pki
-from certs.__main__ import main
+from slurmgate.certs import pki
+from slurmgate.certs.__main__ import main
 
 SVC_NAMES = [
     "slurmgate-webhook",

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from binder import __main__ as binder_main
-from binder import config as binder_config
-from binder.config import BinderConfig, LeaseSettings, ReconcileSettings
 from slurmgate import jsonpool
+from slurmgate.binder import __main__ as binder_main
+from slurmgate.binder import config as binder_config
+from slurmgate.binder.config import BinderConfig, LeaseSettings, ReconcileSettings
 from slurmgate.config import (
     JSON_OFFLOAD_BYTES,
     ConfigError,
@@ -19,10 +19,10 @@ from slurmgate.config import (
     env_int,
     env_optional,
 )
-from webhook import __main__ as webhook_main
-from webhook import config as webhook_config
-from webhook.admission import Settings
-from webhook.config import WebhookConfig
+from slurmgate.webhook import __main__ as webhook_main
+from slurmgate.webhook import config as webhook_config
+from slurmgate.webhook.admission import Settings
+from slurmgate.webhook.config import WebhookConfig
 
 SLURM_ENV = {
     "SLURMREST_URL": "http://slurm:6820",

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmgate import contract
+from slurmgate.webhook.server import MAX_BODY, MAX_DEPTH
 from tests.unit.fakes import marked_pod, review
 from tests.unit.test_server import PATHS, app, json_values, mutate
-from webhook.server import MAX_BODY, MAX_DEPTH
 
 DEADLINE = 10.0  # seconds per request: "never hangs"
 

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from binder import decide as gang
-from binder import decide as state
 from slurmgate import contract
+from slurmgate.binder import decide as gang
+from slurmgate.binder import decide as state
 from slurmgate.slurm import ENDING_STATES, JobInfo
 
 NOW = 2_000_000_000.0

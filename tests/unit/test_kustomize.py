@@ -48,7 +48,7 @@ EXPECTED_RBAC = {
 
 
 def _cli(*argv: str) -> None:
-    subprocess.run([sys.executable, "-m", "certs", *argv], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "slurmgate.certs", *argv], cwd=ROOT, check=True,
                    capture_output=True)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from binder.controller import Controller as Binder
-from binder.nodesync import node_action, node_view
 from slurmgate import contract
+from slurmgate.binder.controller import Controller as Binder
+from slurmgate.binder.nodesync import node_action, node_view
 from slurmgate.slurm import JobInfo, NodeInfo
 
 OURS = f"{contract.DRAIN_REASON_PREFIX} kwok-n1"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from binder.events import Recorder
 from slurmgate import contract
+from slurmgate.binder.events import Recorder
 from slurmgate.kube import KubeError
 from slurmgate.slurm import SlurmClient
 
@@ -66,7 +66,7 @@ async def test_events_do_not_block_and_keep_per_pod_order() -> None:
 
 
 def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
-    from binder.jobs import JobTracker
+    from slurmgate.binder.jobs import JobTracker
     from slurmgate.slurm import JobInfo
 
     def j(i: int, st: str) -> JobInfo:
@@ -85,7 +85,7 @@ def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
 
 
 def test_slow_polls_back_off() -> None:
-    from binder.jobs import FAST_POLL, SLOW_POLL, poll_delay
+    from slurmgate.binder.jobs import FAST_POLL, SLOW_POLL, poll_delay
 
     assert poll_delay(True, 0.003) == FAST_POLL  # fast answers: poll fast
     assert poll_delay(True, 0.4) == 0.4  # slow answers: wait as long as the poll took

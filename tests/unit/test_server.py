@@ -13,10 +13,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from certs import pki
+from slurmgate.certs import pki
+from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.server import MAX_BODY, CertReloader, TLSFiles, make_app, serve
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
-from webhook.admission import Admitter, Settings
-from webhook.server import MAX_BODY, CertReloader, TLSFiles, make_app, serve
 
 
 def app():

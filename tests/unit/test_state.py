@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from binder import decide as state
 from slurmgate import contract
+from slurmgate.binder import decide as state
 from slurmgate.slurm import (
     ENDED_STATES,
     ENDING_STATES,

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 from collections.abc import Hashable
 
-from binder.workqueue import WorkQueue
+from slurmgate.binder.workqueue import WorkQueue
 
 
 async def drain(q: WorkQueue) -> list[Hashable]:
