@@ -69,7 +69,7 @@ test-e2e: deps
 	$(PYTHON) -m pytest -q tests/e2e $(PYTEST_ARGS)
 
 test-faults: deps
-	SLURMGATE_FAULTS=1 $(PYTHON) -m pytest -q -m faults tests/e2e $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -m faults tests/e2e $(PYTEST_ARGS)
 
 # The whole e2e suite, fault variants included, on each Slurm release in $(MATRIX).
 test-matrix: deps lint typecheck
@@ -77,7 +77,7 @@ test-matrix: deps lint typecheck
 	  echo "=== e2e on Slurm $$v"; \
 	  $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; \
 	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS); \
-	  SLURM_VERSION=$$v SLURMGATE_FAULTS=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider \
 	    -m faults tests/e2e $(PYTEST_ARGS); \
 	done
 

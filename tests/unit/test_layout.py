@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import grimp  # comes with import-linter (the dev extra)
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +32,11 @@ def test_nothing_imports_a_process_by_its_bare_name() -> None:
                  if not p.is_relative_to(ROOT / "slurmgate" / "webhook")
                  for m in BARE.finditer(p.read_text())]
     assert not offenders, offenders
+
+
+def test_no_import_cycles() -> None:
+    graph = grimp.build_graph("slurmgate", "cluster", "bench")
+    cycles = sorted({tuple(sorted((a, b))) for a in graph.modules
+                     for b in graph.find_modules_directly_imported_by(a)
+                     if graph.chain_exists(importer=b, imported=a)})
+    assert not cycles, cycles
