@@ -26,15 +26,17 @@ BENCH_LABEL = "slurmgate-bench"
 
 def pod_manifest(name: str, marked: bool, run: str) -> dict[str, Any]:
     labels = {BENCH_LABEL: run}
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": "busybox",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
     if marked:
         labels[contract.MARK_LABEL] = contract.MARK_VALUE
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": "busybox",
-                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
-    }
+    else:
+        # the kube-scheduler floor: every kwok Node is a (tainted) Slurm Node
+        spec["tolerations"] = [contract.TOLERATION]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
 @dataclass

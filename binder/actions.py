@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 import time
 import uuid
@@ -18,13 +19,24 @@ from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.events import Recorder
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.jobs import JobTracker
-from slurmgate.binder.podview import Pod, is_gated, key_of
+from slurmgate.binder.podview import (
+    Condition,
+    Pod,
+    allocated_condition,
+    condition,
+    is_gated,
+    key_of,
+)
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
 from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmError
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.actions")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 # the claims no cached Pod holds; adoption looks among their jobs
 UnclaimedJobs = Callable[[], list[JobInfo]]
@@ -46,6 +58,23 @@ class Actions:
         meta = pod["metadata"]
         patch = {"metadata": {"annotations": {k: (v or None) for k, v in status.items()}}}
         await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+
+    async def set_condition(self, pod: Pod, want: Condition) -> None:
+        """The SlurmAllocated condition, through pods/status (a strategic merge keeps the
+        kubelet's and the scheduler's conditions)."""
+        meta = pod["metadata"]
+        have = condition(pod) or {}
+        changed = have.get("status") != want["status"]
+        body = {**want, "lastProbeTime": None,
+                "lastTransitionTime": have.get("lastTransitionTime") if not changed and
+                have.get("lastTransitionTime") else _now()}
+        try:
+            await self.kube.strategic_patch(
+                pod_path(meta["namespace"], meta["name"], "status"),
+                {"status": {"conditions": [body]}})
+        except KubeError as e:
+            if e.status not in (404, 409):  # gone, or replaced by a Pod of the same name
+                raise
 
     async def cancel(self, job: JobInfo, why: str) -> None:
         await self.slurm.cancel(job.job_id, "KILL")
@@ -182,6 +211,7 @@ class Actions:
         await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
+        await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""

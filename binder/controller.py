@@ -89,9 +89,11 @@ class Controller:
         unit = self.index.unit(req)
         if not unit.members and not unit.gone_claims:
             return
+        failed = (await self.nodesync.failed_nodes()
+                  if decide.needs_node_states(unit, self.jobs.get) else frozenset())
         d = decide.decide(unit, self.jobs.get, World(
             slurm_synced=self.jobs.synced.is_set(), now=time.time(),
-            node_for=self.index.node_for,
+            node_for=self.index.node_for, failed_nodes=failed,
             group_timeout=self.settings.group_timeout))
         metrics.RECONCILES.labels(f"group{d.action}" if unit.gang else d.action).inc()
         if not unit.gang and unit.members and d.action != decide.SUBMIT:
@@ -112,6 +114,7 @@ class Controller:
 
     async def apply(self, req: Request, unit: Unit, d: Decision) -> None:
         act = self.actions
+        await asyncio.gather(*(act.set_condition(p, c) for p, c in d.conditions))
         if d.action in (decide.NOTHING, decide.WAIT):
             if d.reason:
                 await asyncio.gather(*(self.events.emit(p, d.reason, d.message, warning=True)
@@ -155,7 +158,7 @@ class Controller:
             self.queue.add_after(req, min(r for r in retry if r is not None))
         await asyncio.gather(*(act.clear(p, d.reason, d.message) for p in d.clear))
         if d.cancel is not None:
-            why = ("group_released" if unit.gang else
+            why = ("group_released" if unit.gang else "requeued" if d.evict else
                    "pod_finished" if unit.members else "pod_deleted")
             await act.cancel(d.cancel, why)
             self.index.forget_gone(req, self.jobs.get, cancelled=d.cancel)

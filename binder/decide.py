@@ -15,17 +15,22 @@ any moment just decides again. Unit-tested without any cluster.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
 from slurmgate.binder.podview import (
+    Condition,
     NodeRef,
     Pod,
+    allocated_condition,
     ann,
     bound,
+    condition_stale,
     created,
+    group_pending_condition,
     holds_node,
     is_gated,
     job_status,
@@ -37,9 +42,11 @@ from slurmgate.binder.podview import (
     rank_key,
     size_of,
     stale_status,
+    submit_pending_condition,
     submitted_at,
+    waiting_condition,
 )
-from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
+from slurmgate.slurm import COMPLETING, ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 
 # The one set of actions (also the `action` label of the reconcile metric).
 NOTHING = "Nothing"
@@ -61,15 +68,31 @@ END_REASONS = {
     "DEADLINE": contract.EV_JOB_TIME_LIMIT,
     "NODE_FAIL": contract.EV_NODE_FAILED,
 }
+# While the job is COMPLETING its end state may not be known yet (22.05 says only
+# COMPLETING), but Slurm's reason already tells a time limit or a node failure.
+END_BY_SLURM_REASON = {
+    "TimeLimit": contract.EV_JOB_TIME_LIMIT,
+    "Deadline": contract.EV_JOB_TIME_LIMIT,
+    "NodeDown": contract.EV_NODE_FAILED,
+}
 
 __all__ = ["NodeRef", "holds_node", "is_gated", "job_status"]  # re-exported for callers
 
 
 def end_reason(job: JobInfo) -> str:
-    """Why a Pod is evicted from its job's Node."""
+    """Why a Pod is evicted from its job's Node: from the end state (24.11+ list it beside
+    COMPLETING), else from Slurm's reason. A placeholder never exits by itself, so one that is
+    COMPLETING with neither was cancelled: that is how a `scancel` looks on 22.05."""
     if job.preempted:
         return contract.EV_JOB_PREEMPTED
-    return END_REASONS.get(job.state, contract.EV_JOB_ENDED)
+    for st in (job.state, *sorted(job.state_flags)):
+        if st in END_REASONS:
+            return END_REASONS[st]
+    if job.reason in END_BY_SLURM_REASON:
+        return END_BY_SLURM_REASON[job.reason]
+    if job.state == COMPLETING and job.reason in ("", "None"):
+        return contract.EV_JOB_CANCELLED
+    return contract.EV_JOB_ENDED
 
 
 @dataclass(frozen=True)
@@ -79,6 +102,16 @@ class World:
     node_for: Mapping[str, NodeRef] = field(default_factory=dict)  # Slurm node -> k8s Node
     vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list
     group_timeout: float = 300.0  # after this, an incomplete gang is reported
+    failed_nodes: frozenset[str] = frozenset()  # Slurm nodes DOWN or not responding
+
+
+def needs_node_states(u: Unit, job_of: JobOf) -> bool:
+    """Whether World.failed_nodes matters for this unit: a Pod on a Node whose job is back in
+    the queue (only then is the Slurm node list worth a REST call)."""
+    claim = u.claim()
+    job = job_of(claim) if claim else None
+    return job is not None and job.state in WAITING_STATES and any(
+        bound(p) and live(p) and _claim(p) == claim for p in u.members)
 
 
 @dataclass(frozen=True)
@@ -122,6 +155,9 @@ class Decision:
     message: str = ""
     status: dict[str, str] = field(default_factory=dict)  # annotations to converge to
     requeue_after: float | None = None
+    # the SlurmAllocated condition of members whose condition is out of date, whatever the
+    # action: it only shows what Slurm decided
+    conditions: tuple[tuple[Pod, Condition], ...] = ()
 
     @property
     def node(self) -> str | None:
@@ -132,6 +168,12 @@ JobOf = Callable[[str], JobInfo | None]
 
 
 def decide(u: Unit, job_of: JobOf, w: World) -> Decision:
+    d = _decide(u, job_of, w)
+    conditions = _conditions(u, job_of, d)
+    return dataclasses.replace(d, conditions=conditions) if conditions else d
+
+
+def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     released = _release_stale(u, job_of)
     if released is not None:
         return released
@@ -153,7 +195,7 @@ def decide(u: Unit, job_of: JobOf, w: World) -> Decision:
                            f"a member of the group left ({len(holders)}/{u.size} remain); the "
                            f"group is released and job {job.job_id} cancelled")
     if job.state in WAITING_STATES:
-        return _waiting(u, job, holders)
+        return _waiting(u, job, claim, holders, w)
     if job.state == RUNNING:
         return _running(u, job, claim, holders, w)
     return Decision(NOTHING)
@@ -241,18 +283,30 @@ def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ..
                     cancel=None if occupied else job, message=message)
 
 
-def _waiting(u: Unit, job: JobInfo, holders: tuple[Pod, ...]) -> Decision:
+def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
+             w: World) -> Decision:
     on_nodes = tuple(p for p in holders if bound(p))
-    if on_nodes:  # requeued (e.g. preempted with PreemptMode=REQUEUE): the Node went back
-        return Decision(EVICT, evict=on_nodes, job=job, reason=end_reason(job),
-                        status=job_status(job), message=_end_message(u, job, on_nodes))
+    if on_nodes:
+        # Requeued under a running Pod: its Node went back to Slurm. 22.05 requeues the
+        # placeholder after a node failure (it ignores requeue=false), so the node's state tells
+        # the cause. The requeued job is of no use to a Pod that is evicted: it goes too.
+        failed = any(ann(p).get(contract.A_SLURM_NODE) in w.failed_nodes for p in on_nodes)
+        reason = contract.EV_NODE_FAILED if failed else contract.EV_JOB_REQUEUED
+        message = (f"Slurm job {job.job_id} was requeued"
+                   + (" after its node failed" if failed else "") + "; the Node goes back to "
+                   "Slurm")
+        if u.gang:
+            return _start_over(u, job, claim, holders, reason, message)
+        return Decision(EVICT, evict=on_nodes, cancel=job, job=job, reason=reason,
+                        status=job_status(job), message=message)
     st = job_status(job)
     stale = tuple(p for p in holders if stale_status(p, st))
     if not stale:
         return Decision(NOTHING)
     return Decision(STATUS, members=stale, status=st, job=job, reason=contract.EV_JOB_PENDING,
                     message=f"{'group ' if u.gang else ''}job {job.job_id} {job.state}: "
-                            f"{job.reason}")
+                            f"{job.reason}; the Pod stays gated ({contract.GATE}) until Slurm "
+                            "allocates a node")
 
 
 def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: World) -> Decision:
@@ -303,3 +357,36 @@ def _end_message(u: Unit, job: JobInfo, pods: tuple[Pod, ...]) -> str:
         return f"{why}; every member is evicted"
     return why + ("; the Node goes back to Slurm" if any(bound(p) for p in pods)
                   else " before the Pod started")
+
+
+def _conditions(u: Unit, job_of: JobOf, d: Decision) -> tuple[tuple[Pod, Condition], ...]:
+    if d.action in (CANCEL, RESUBMIT, RELEASE, EVICT) or (u.gang and d.action == SUBMIT):
+        return ()  # members about to go or get a new job: their next state says it
+    claim = u.claim()
+    job = job_of(claim) if claim else None
+    binding = {id(b.pod) for b in d.binds}  # Actions.bind says Allocated once bound
+    out = []
+    for p in u.members:
+        if not live(p) or id(p) in binding:
+            continue
+        want = _condition_of(u, p, claim, job)
+        if want is not None and condition_stale(p, want):
+            out.append((p, want))
+    return tuple(out)
+
+
+def _condition_of(u: Unit, p: Pod, claim: str | None, job: JobInfo | None) -> Condition | None:
+    mine = _claim(p)
+    if u.gang and not mine and is_gated(p):
+        return group_pending_condition(ann(p).get(contract.A_GROUP, ""), u.size)
+    if mine is None or mine != claim:
+        return None
+    if job is None:
+        pending = ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING
+        return submit_pending_condition() if pending and not bound(p) else None
+    if job.state in WAITING_STATES and not bound(p):
+        return waiting_condition(job)
+    slurm_node = ann(p).get(contract.A_SLURM_NODE)
+    if job.state == RUNNING and not job.preempted and bound(p) and slurm_node:
+        return allocated_condition(job.job_id, slurm_node, (p.get("spec") or {})["nodeName"])
+    return None

@@ -35,6 +35,9 @@ JOB_CHANGES = Counter("slurmgate_binder_job_changes_total", "Job changes seen in
 GATED = Gauge("slurmgate_binder_gated_pods", "Pods waiting on Slurm", registry=REGISTRY)
 STUCK = Gauge("slurmgate_binder_stuck_pods",
               "Pods unbound although their job has been RUNNING for over 30s", registry=REGISTRY)
+UNTAINTED = Gauge("slurmgate_binder_untainted_slurm_nodes",
+                  "Nodes with a Slurm node label but without the slurmgate.io/slurm-managed "
+                  "taint: other Pods may land beside Slurm jobs there", registry=REGISTRY)
 LEADER = Gauge("slurmgate_binder_is_leader", "1 while this replica holds the Lease",
                registry=REGISTRY)
 NODE_ACTIONS = Counter("slurmgate_binder_node_actions_total", "Slurm node drains/resumes",

@@ -26,6 +26,19 @@ def node_view(node: dict[str, Any] | None) -> tuple[str | None, bool] | None:
     return labels.get(contract.NODE_LABEL), bool((node.get("spec") or {}).get("unschedulable"))
 
 
+FAILED_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING", "ERROR", "NOT_RESPONDING"})
+
+
+def failed(sn: NodeInfo) -> bool:
+    return sn.state.upper() in FAILED_NODE_STATES or bool(FAILED_NODE_STATES & sn.flags)
+
+
+def tainted(node: dict[str, Any]) -> bool:
+    return any(isinstance(t, dict) and t.get("key") == contract.TAINT_KEY
+               and t.get("effect") == contract.TAINT_EFFECT
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
     """What to do for a Node: "drain" its Slurm node once cordoned, "resume" it once
     uncordoned if we drained it, else None. A drain someone else made (an admin, Slurm's own
@@ -46,12 +59,19 @@ class NodeSync:
         self.nodes = nodes
         self.queue = queue
         self._nodes: dict[str, NodeInfo] = {}
+        self._warned: set[str] = set()  # Nodes reported without the taint
         self._at = 0.0
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
         if time.monotonic() - self._at > CACHE_SECONDS:
             await self.refresh()
         return self._nodes.get(name)
+
+    async def failed_nodes(self) -> frozenset[str]:
+        """Slurm nodes that are down or not responding (cached for CACHE_SECONDS)."""
+        if time.monotonic() - self._at > CACHE_SECONDS:
+            await self.refresh()
+        return frozenset(n.name for n in self._nodes.values() if failed(n))
 
     async def refresh(self) -> None:
         self._nodes = {n.name: n for n in await self.slurm.nodes()}
@@ -62,12 +82,26 @@ class NodeSync:
         check costs a REST call and a dict walk, not a queue item per Node."""
         await self.refresh()
         out = []
+        untainted = []
         for key, node in list(self.nodes.store.items()):
             view = node_view(node)
             sn = self._nodes.get(view[0]) if view and view[0] else None
             if sn is not None and node_action(node, sn):
                 out.append(key)
+            if view and view[0] and not tainted(node):
+                untainted.append(key)
+        self._report_untainted(untainted)
         return out
+
+    def _report_untainted(self, keys: list[str]) -> None:
+        """The binder may not patch Nodes (least privilege): it says, once per Node, where the
+        taint that keeps other Pods off Slurm's Nodes is missing."""
+        metrics.UNTAINTED.set(len(keys))
+        for key in set(keys) - self._warned:
+            log.warning("Slurm node without the taint: Pods that are not ours may land beside "
+                        "Slurm jobs", extra=kv(node=key, taint=f"{contract.TAINT_KEY}="
+                                               f"{contract.TAINT['value']}:{contract.TAINT_EFFECT}"))
+        self._warned = set(keys)
 
     async def _update(self, slurm_name: str, drain: bool, reason: str | None) -> None:
         slurm = self.slurm

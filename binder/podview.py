@@ -6,6 +6,7 @@ Shared by the decision (decide.py), the index and the actions, so that "bound", 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -112,3 +113,56 @@ def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
 def stale_status(pod: Pod, want: dict[str, str]) -> bool:
     have = ann(pod)
     return any(have.get(k, "") != v for k, v in want.items())
+
+
+# --- the Pod condition that shows Slurm's decision (contract.COND_ALLOCATED) ---
+Condition = dict[str, str]
+
+
+def condition(pod: Pod) -> dict[str, Any] | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == contract.COND_ALLOCATED:
+            return c
+    return None
+
+
+def condition_stale(pod: Pod, want: Condition) -> bool:
+    have = condition(pod) or {}
+    return any(have.get(k) != v for k, v in want.items())
+
+
+def _reason_word(slurm_reason: str, state: str) -> str:
+    """A condition reason is one CamelCase word: Slurm's "ReqNodeNotAvail, UnavailableNodes:n1"
+    becomes ReqNodeNotAvail (the message keeps it whole)."""
+    word = re.sub(r"[^A-Za-z0-9]", "", re.split(r"[,:( ]", slurm_reason, maxsplit=1)[0])
+    return word if slurm_reason not in ("", "None") and word else state.title().replace("_", "")
+
+
+def waiting_condition(job: JobInfo) -> Condition:
+    why = f": {job.reason}" if job.reason not in ("", "None") else ""
+    return {"type": contract.COND_ALLOCATED, "status": "False",
+            "reason": _reason_word(job.reason, job.state),
+            "message": f"Slurm job {job.job_id} is {job.state} in partition {job.partition}"
+                       f"{why}; the Pod stays gated ({contract.GATE}) until Slurm allocates "
+                       "a node"}
+
+
+def allocated_condition(job_id: int | str, slurm_node: str, node: str) -> Condition:
+    return {"type": contract.COND_ALLOCATED, "status": "True",
+            "reason": contract.COND_REASON_ALLOCATED,
+            "message": f"Slurm job {job_id} runs on Slurm node {slurm_node}; bound to Node "
+                       f"{node}"}
+
+
+def submit_pending_condition() -> Condition:
+    return {"type": contract.COND_ALLOCATED, "status": "False",
+            "reason": contract.COND_REASON_SUBMIT_PENDING,
+            "message": "Slurm did not take the job at admission; the binder submits it once "
+                       f"Slurm answers (the Pod stays gated by {contract.GATE})"}
+
+
+def group_pending_condition(group: str, size: int) -> Condition:
+    return {"type": contract.COND_ALLOCATED, "status": "False",
+            "reason": contract.COND_REASON_GROUP_PENDING,
+            "message": f"waiting for all {size} members of group {group}; its Slurm job is "
+                       f"submitted then (the Pod stays gated by {contract.GATE})"}

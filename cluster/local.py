@@ -77,7 +77,7 @@ def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
                 "labels": {"type": "kwok", "kubernetes.io/hostname": name,
                            contract.NODE_LABEL: n},
             },
-            "spec": {},
+            "spec": {"taints": [contract.TAINT]},
             "status": {
                 "allocatable": {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi",
                                 "pods": "110"},

@@ -21,20 +21,30 @@ def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
         proc.kill_and_wait(pid, name, timeout)
 
 
-def start_daemon(run_dir: Path, name: str, timeout: float = 60.0) -> int:
+def start_daemon(run_dir: Path, name: str, timeout: float = 60.0,
+                 clear_state: bool = False) -> int:
     """Start slurmctld or slurmrestd again; wait until it answers; record the new PID in
-    cluster.json. Returns the PID."""
+    cluster.json. Returns the PID. `clear_state`: slurmctld starts with -c, as a controller
+    that lost its state directory would (every job forgotten)."""
     run_dir = Path(run_dir).resolve()
     c = load(run_dir)
     if name == "slurmctld":
-        # no -c: a restart must recover the saved job state, not clear it
-        argv, env = c.daemon("slurmctld", "-D", "-f", str(c.conf), "-i")
+        # no -c, as a site restarts it: the saved job state is recovered, not cleared
+        argv, env = c.daemon("slurmctld", "-D", "-f", str(c.conf), "-i",
+                             *(["-c"] if clear_state else []))
         ready = lambda: ctld_up(c)  # noqa: E731
     elif name == "slurmrestd":
         argv, env = restd_argv(c)
         ready = lambda: restd_up(c)  # noqa: E731
+    elif name.startswith("slurmd-") and name[len("slurmd-"):] in c.nodes:
+        node = name[len("slurmd-"):]
+        argv, env = c.daemon("slurmd", "-D", "-f", str(c.conf), "-N", node)
+        # ReturnToService=2: a node marked DOWN comes back once its slurmd registers
+        ready = lambda: c.cli("sinfo", "-h", "-n", node, "-o", "%t", timeout=10).stdout.strip(  # noqa: E731
+        ).rstrip("*") in ("idle", "alloc", "mix")
     else:
-        raise ValueError(f"cannot restart {name!r} (supported: slurmctld, slurmrestd)")
+        raise ValueError(f"cannot restart {name!r} (supported: slurmctld, slurmrestd, "
+                         "slurmd-<node>)")
     p = proc.spawn(run_dir / "log", name, argv, env)
     c.pids[name] = p.pid
     c.save()

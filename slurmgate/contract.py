@@ -72,6 +72,7 @@ EV_JOB_PREEMPTED = "SlurmJobPreempted"
 EV_JOB_CANCELLED = "SlurmJobCancelled"
 EV_JOB_TIME_LIMIT = "SlurmJobTimeLimit"
 EV_NODE_FAILED = "SlurmNodeFailed"
+EV_JOB_REQUEUED = "SlurmJobRequeued"  # back in Slurm's queue (an admin's requeue, ...)
 EV_JOB_ENDED = "SlurmJobEnded"  # any other end
 EV_EVICTED = "Evicted"
 EV_EVICTION_REFUSED = "EvictionRefused"  # a PodDisruptionBudget said no; deleted after a grace
@@ -84,8 +85,25 @@ EV_GROUP_RELEASED = "GroupReleased"
 NODE_LABEL = f"{DOMAIN}/slurm-node"
 # slurmd Pods are found by this label; their memory request is what a Node keeps for slurmd.
 SLURMD_POD_LABEL = "app.kubernetes.io/name=slurmd"
+# Every Node with a slurmd carries this taint, so that no Pod but ours (which get the
+# toleration at admission) and the slurmd's own lands beside a Slurm job. NoExecute: a plain Pod
+# already running when the taint is added is evicted by Kubernetes' taint manager.
+# Whoever registers the Node sets it (kubelet --register-with-taints, `kubectl taint`, the local
+# cluster); the binder has no right to patch Nodes and reports a Slurm Node without it.
+TAINT_KEY = f"{DOMAIN}/slurm-managed"
+TAINT_EFFECT = "NoExecute"
+TAINT = {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}
+TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
 # Prefix of the Slurm drain reason we set on cordon; resume touches only nodes with it.
 DRAIN_REASON_PREFIX = "slurmgate: cordoned"
+
+# --- the Pod condition that shows Slurm's decision (`kubectl describe`, `kubectl wait`) ---
+# False while the Pod waits (reason: Slurm's own, e.g. Resources or Priority, or one of ours
+# below), True once Slurm allocated a node and the Pod is bound there.
+COND_ALLOCATED = f"{DOMAIN}/SlurmAllocated"
+COND_REASON_SUBMIT_PENDING = JOB_STATE_SUBMIT_PENDING
+COND_REASON_GROUP_PENDING = JOB_STATE_GROUP_PENDING
+COND_REASON_ALLOCATED = "Allocated"
 
 # --- Slurm job identity ---
 JOB_NAME_PREFIX = "k8s:"

@@ -163,6 +163,12 @@ class KubeClient:
         return await self.request("PATCH", path, body=patch,
                                   content_type="application/merge-patch+json")
 
+    async def strategic_patch(self, path: str, patch: dict[str, Any]) -> Any:
+        """Merges lists by their key (e.g. a Pod's status.conditions by type), where a JSON
+        merge patch would replace the whole list."""
+        return await self.request("PATCH", path, body=patch,
+                                  content_type="application/strategic-merge-patch+json")
+
     async def list(self, path: str, **params: Any) -> tuple[list[dict[str, Any]], str]:
         """All items (paged with limit/continue) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []

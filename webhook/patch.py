@@ -10,7 +10,8 @@ from slurmgate.kube import pointer_escape
 
 def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
              drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Ops that add our gate (once), set our schedulerName, write `annotations`, drop `drop`.
+    """Ops that add our gate (once), set our schedulerName, tolerate the Slurm Nodes' taint
+    (once), write `annotations`, drop `drop`.
 
     Built directly (no deep copy and diff: this is on the admission hot path), and right
     whether the Pod already has gates, annotations, or neither.
@@ -45,4 +46,20 @@ def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
     elif not any(isinstance(g, dict) and g.get("name") == contract.GATE for g in gates):
         ops.append({"op": "add", "path": "/spec/schedulingGates/-",
                     "value": {"name": contract.GATE}})
+    tolerations = spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        ops.append({"op": "add", "path": "/spec/tolerations", "value": [contract.TOLERATION]})
+    elif not any(_covers(t) for t in tolerations):
+        ops.append({"op": "add", "path": "/spec/tolerations/-", "value": contract.TOLERATION})
     return ops
+
+
+def _covers(t: Any) -> bool:
+    """The Pod already tolerates our taint (it says so itself, or tolerates everything)."""
+    if not isinstance(t, dict) or t.get("effect") not in (None, "", contract.TAINT_EFFECT):
+        return False
+    if t.get("key") in (None, ""):
+        return t.get("operator") == "Exists"
+    return t.get("key") == contract.TAINT_KEY and (
+        t.get("operator") == "Exists" or t.get("value") == contract.TAINT["value"]) and (
+        t.get("tolerationSeconds") is None)

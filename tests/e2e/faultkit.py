@@ -167,9 +167,10 @@ def kill_slurm(local: Local, name: str, touch_job: str | None = None) -> None:
     slurm_faults.kill_daemon(local.slurm.run_dir, name)
 
 
-def start_slurm(local: Local, name: str) -> float:
+def start_slurm(local: Local, name: str, clear_state: bool = False) -> float:
     t0 = time.monotonic()
-    local.slurm.pids[name] = slurm_faults.start_daemon(local.slurm.run_dir, name)
+    local.slurm.pids[name] = slurm_faults.start_daemon(local.slurm.run_dir, name,
+                                                       clear_state=clear_state)
     if name == "slurmctld":
         # until the slurmds re-register, Slurm refuses submits ("Required node not
         # available", errno 2068) and the webhook denies with that text: documented behaviour

@@ -24,6 +24,7 @@ def test_base_applies_server_side(admin: Kubectl, bridge: Bridge) -> None:
     ("create", "pods", ["-n", "default", "--subresource=binding"]),
     ("create", "pods", ["-n", "x", "--subresource=eviction"]),
     ("delete", "pods", ["-n", "default"]), ("list", "nodes", []), ("watch", "nodes", []),
+    ("patch", "pods", ["-n", "default", "--subresource=status"]),
     ("create", "events", ["-n", "default"]),
     ("create", "leases.coordination.k8s.io", ["-n", "slurmgate-system"]),
     ("update", "leases.coordination.k8s.io/slurmgate-binder", ["-n", "slurmgate-system"]),
@@ -42,7 +43,7 @@ def test_service_account_may(admin: Kubectl, bridge: Bridge, verb: str, resource
     ("update", "leases.coordination.k8s.io/other", ["-n", "slurmgate-system"]),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", []),
     ("create", "serviceaccounts", ["-n", "slurmgate-system", "--subresource=token"]),
-    ("patch", "pods", ["-n", "default", "--subresource=status"]),
+    ("update", "pods", ["-n", "default", "--subresource=status"]),
 ])
 def test_service_account_may_not(admin: Kubectl, bridge: Bridge, verb: str, resource: str,
                                  extra: list[str]) -> None:

@@ -134,6 +134,22 @@ def test_slurmctld_killed_and_restarted(local: Local, admin: Kubectl, bridge: Br
     _slurm_outage("slurmctld", False, local, admin, bridge, ns)
 
 
+def test_slurmctld_lost_its_state(local: Local, admin: Kubectl, bridge: Bridge, ns: str,
+                                  restore: None) -> None:
+    """A controller that lost its state directory (started with -c) forgets every job: a bound
+    Pod's Node may now be given to anyone, so the Pod is evicted as SlurmJobVanished; new Pods
+    get jobs and bind as before. (The restarts above keep the state, as sites do.)"""
+    admin.apply(marked_pod("before"), "-n", ns)
+    wait_bound(admin, ns, "before")
+    kill_slurm(local, "slurmctld")
+    start_slurm(local, "slurmctld", clear_state=True)
+    wait_until("the bound Pod evicted", lambda: "before" not in pods(admin, ns), 90)
+    assert events_of(admin, ns, "SlurmJobVanished"), "no SlurmJobVanished Event"
+    admin.apply(marked_pod("after"), "-n", ns)
+    wait_bound(admin, ns, "after")
+    assert_no_leak(local, admin, ns)
+
+
 @pytest.mark.faults
 def test_slurmctld_killed_fail_open(local: Local, admin: Kubectl, bridge: Bridge, ns: str,
                                     restore: None) -> None:

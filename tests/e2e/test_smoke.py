@@ -32,8 +32,11 @@ def test_apiserver_ready_and_nodes_mapped(local: Local, admin: Kubectl) -> None:
 
 
 def test_kube_scheduler_binds_and_kwok_runs(admin: Kubectl, ns: str) -> None:
+    # every kwok Node runs a slurmd and is tainted (test_slurm_nodes.py): this Pod, which only
+    # checks the control plane, tolerates the taint
     admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
-                 "spec": {"containers": [{"name": "c", "image": "x"}]}}, "-n", ns)
+                 "spec": {"containers": [{"name": "c", "image": "x"}],
+                          "tolerations": [contract.TOLERATION]}}, "-n", ns)
     pod = wait_until("plain Pod Running", lambda: (
         p := admin.get("pod", "plain", ns))["status"].get("phase") == "Running" and p, 60)
     assert pod["spec"]["nodeName"].startswith("kwok-")

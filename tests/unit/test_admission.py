@@ -172,6 +172,27 @@ def test_patch_correct_for_any_starting_point(pod: dict) -> None:
     for k, v in ((pod["metadata"].get("annotations")) or {}).items():
         assert new["metadata"]["annotations"][k] == v
     assert new["spec"]["schedulerName"] == contract.SCHEDULER_NAME
+    assert new["spec"]["tolerations"].count(contract.TOLERATION) == 1
+
+
+@pytest.mark.parametrize("have,added", [
+    (None, True),
+    ([], True),
+    ([{"key": "other", "operator": "Exists"}], True),
+    ([contract.TOLERATION], False),
+    ([{"operator": "Exists"}], False),  # tolerates every taint already
+    ([{"key": contract.TAINT_KEY, "operator": "Equal", "value": "true"}], False),
+    # evicted after 60 s: not enough for a Pod that must stay as long as its job
+    ([{**contract.TOLERATION, "tolerationSeconds": 60}], True),
+    ([{"key": contract.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}], True),
+])
+def test_toleration_of_slurm_nodes_added_once(have: list | None, added: bool) -> None:
+    pod = {"metadata": {}, "spec": {} if have is None else {"tolerations": have}}
+    new = jsonpatch.apply_patch(pod, gate_pod(pod, {}))
+    assert new["spec"]["tolerations"][:len(have or [])] == (have or [])
+    assert len(new["spec"]["tolerations"]) == len(have or []) + added
+    if added:
+        assert new["spec"]["tolerations"][-1] == contract.TOLERATION
 
 
 async def test_gang_member_gated_without_a_job_yet() -> None:

@@ -142,3 +142,20 @@ def test_group_and_single_pod_end_reasons_agree(st: str) -> None:
     j = job(st, ("n1", "n2", "n3"))
     d = decide_group(ms, jobs(j), W)
     assert d.action == gang.EVICT and d.reason == state.end_reason(j)
+
+
+def test_incomplete_group_members_show_group_pending() -> None:
+    d = decide_group([member(0), member(1)], jobs(None), W)
+    assert d.action == gang.WAIT
+    assert [c["reason"] for _, c in d.conditions] == ["GroupPending"] * 2
+    assert "all 3 members of group g" in d.conditions[0][1]["message"]
+
+
+def test_group_job_requeued_after_node_failure_releases_the_group() -> None:
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    for i, m in enumerate(ms):
+        m["metadata"]["annotations"][contract.A_SLURM_NODE] = f"n{i + 1}"
+    w = dataclasses.replace(W, failed_nodes=frozenset({"n2"}))
+    d = decide_group(ms, jobs(job("PENDING")), w)
+    assert (d.action, d.reason) == (gang.RELEASE, "SlurmNodeFailed")
+    assert len(d.evict) == 3 and d.cancel is None  # cancelled once no member runs

@@ -128,11 +128,14 @@ def check(key: str, value: str) -> None:
         assert changed == {field}, changed
         assert new.get("script") == base.get("script")
     assert scripts[0] == scripts[1] == PLACEHOLDER_SCRIPT
-    # the patch only gates and annotates: nothing of the value goes back into the Pod
+    # the patch only gates, tolerates our taint and annotates: nothing of the value goes back
+    # into the Pod
     ops = json.loads(base64.b64decode(resp["patch"]))
     for op in ops:
         assert op["path"].startswith(("/metadata/annotations", "/spec/schedulerName",
-                                      "/spec/schedulingGates")), op
+                                      "/spec/schedulingGates", "/spec/tolerations")), op
+        if op["path"].startswith("/spec/tolerations"):
+            assert op["value"] in ([contract.TOLERATION], contract.TOLERATION), op
         # compare with the values the patch carries (not dict keys such as the gate's "name"),
         # except those we write ourselves for every Pod (gate, scheduler, state, ids, times)
         ours = {"k8s", "", contract.SCHEDULER_NAME, contract.GATE, "PENDING"}

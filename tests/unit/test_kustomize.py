@@ -33,6 +33,7 @@ Doc = dict[str, Any]
 EXPECTED_RBAC = {
     *(("ClusterRole", "", "", "pods", "", v) for v in ("get", "list", "watch", "patch", "delete")),
     ("ClusterRole", "", "", "pods/binding", "", "create"),
+    ("ClusterRole", "", "", "pods/status", "", "patch"),
     ("ClusterRole", "", "", "pods/eviction", "", "create"),
     *(("ClusterRole", "", "", "nodes", "", v) for v in ("get", "list", "watch")),
     *(("ClusterRole", "", g, "events", "", v) for g in ("", "events.k8s.io")

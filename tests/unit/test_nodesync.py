@@ -110,3 +110,17 @@ def test_drift_check_is_one_list_call() -> None:
     drifted = asyncio.run(b.nodesync.drifted())
     assert drifted == ["kwok-n1"]  # uncordoned but still drained by us: resume it
     assert fake.calls == 1
+
+
+def test_slurm_nodes_without_the_taint_are_counted() -> None:
+    from slurmgate.binder import metrics
+    fake = FakeSlurm([])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    tainted = knode("kwok-n2", "n2")
+    tainted["spec"]["taints"] = [contract.TAINT]
+    b.nodes.store = {"kwok-n1": knode(), "kwok-n2": tainted}
+    asyncio.run(b.nodesync.drifted())
+    assert metrics.UNTAINTED._value.get() == 1
+    b.nodes.store["kwok-n1"]["spec"]["taints"] = [contract.TAINT]
+    asyncio.run(b.nodesync.drifted())
+    assert metrics.UNTAINTED._value.get() == 0

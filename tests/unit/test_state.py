@@ -85,7 +85,9 @@ def decide(p: dict, j: JobInfo | None, w: state.World) -> state.Decision:
      "SlurmJobPreempted"),
     (pod(False, "kwok-n1"), job("PREEMPTED", ("n1",)), W, state.EVICT, "SlurmJobPreempted"),
     (pod(False, "kwok-n1"), job("TIMEOUT", ("n1",)), W, state.EVICT, "SlurmJobTimeLimit"),
-    (pod(False, "kwok-n1"), job("COMPLETING", ("n1",)), W, state.EVICT, "SlurmJobEnded"),
+    # a placeholder never exits by itself: COMPLETING with no reason is a scancel (22.05)
+    (pod(False, "kwok-n1"), job("COMPLETING", ("n1",)), W, state.EVICT, "SlurmJobCancelled"),
+    (pod(False, "kwok-n1"), job("COMPLETED", ("n1",)), W, state.EVICT, "SlurmJobEnded"),
     (pod(False, "kwok-n1"), job("NODE_FAIL", ("n1",)), W, state.EVICT, "SlurmNodeFailed"),
     # never evict on an ambiguous Slurm view
     (pod(False, "kwok-n1"), None, dataclasses.replace(W, slurm_synced=False), state.NOTHING, ""),
@@ -126,3 +128,82 @@ def test_preempted_is_ended_for_slurm_but_still_killed_by_the_binder() -> None:
     assert "PREEMPTED" not in RELEASED_STATES
     assert state.holds_node(job("PREEMPTED")) and not job("PREEMPTED").active
     assert WAITING_STATES.isdisjoint(ENDING_STATES)
+
+
+@pytest.mark.parametrize("st,flags,reason,want", [
+    # 22.05 (v0.0.38) says COMPLETING only; the reason tells a time limit
+    ("COMPLETING", (), "TimeLimit", "SlurmJobTimeLimit"),
+    ("COMPLETING", (), "None", "SlurmJobCancelled"),
+    ("COMPLETING", (), "NodeDown", "SlurmNodeFailed"),
+    # 24.11+ list the end state beside COMPLETING (recorded answers: tests/unit/fixtures)
+    ("COMPLETING", ("COMPLETING", "TIMEOUT"), "TimeLimit", "SlurmJobTimeLimit"),
+    ("COMPLETING", ("CANCELLED", "COMPLETING"), "None", "SlurmJobCancelled"),
+    ("COMPLETING", ("COMPLETING", "NODE_FAIL"), "None", "SlurmNodeFailed"),
+    ("TIMEOUT", ("TIMEOUT",), "TimeLimit", "SlurmJobTimeLimit"),
+    ("CANCELLED", ("CANCELLED",), "None", "SlurmJobCancelled"),
+    ("FAILED", ("FAILED",), "NonZeroExitCode", "SlurmJobEnded"),
+])
+def test_end_reason_from_what_slurm_says(st: str, flags: tuple[str, ...], reason: str,
+                                         want: str) -> None:
+    j = dataclasses.replace(job(st, ("n1",), reason=reason), state_flags=frozenset(flags))
+    assert state.end_reason(j) == want
+    assert decide(pod(False, "kwok-n1"), j, W).reason == want
+
+
+def _cond(d: state.Decision) -> dict:
+    ((_, c),) = d.conditions
+    return c
+
+
+def test_waiting_pod_gets_a_false_condition_naming_job_reason_and_gate() -> None:
+    d = decide(pod(), job("PENDING", reason="Resources"), W)
+    c = _cond(d)
+    assert (c["type"], c["status"], c["reason"]) == (contract.COND_ALLOCATED, "False", "Resources")
+    assert "Slurm job 7" in c["message"] and contract.GATE in c["message"]
+    # Slurm's long reasons become one word; the message keeps them whole
+    c = _cond(decide(pod(), job("PENDING", reason="ReqNodeNotAvail, UnavailableNodes:n3"), W))
+    assert c["reason"] == "ReqNodeNotAvail" and "UnavailableNodes:n3" in c["message"]
+    assert _cond(decide(pod(), job("PENDING", reason="None"), W))["reason"] == "Pending"
+
+
+def test_condition_written_only_when_it_changes() -> None:
+    d = decide(pod(), job("PENDING", reason="Priority"), W)
+    p = pod()
+    p["status"]["conditions"] = [dict(_cond(d), lastTransitionTime="2026-01-01T00:00:00Z")]
+    assert decide(p, job("PENDING", reason="Priority"), W).conditions == ()
+    assert _cond(decide(p, job("PENDING", reason="Resources"), W))["reason"] == "Resources"
+
+
+def test_bound_pod_condition_true_with_its_slurm_node() -> None:
+    d = decide(pod(False, "kwok-n1", A_SLURM_NODE="n1"), job("RUNNING", ("n1",)), W)
+    c = _cond(d)
+    assert (c["status"], c["reason"]) == ("True", "Allocated")
+    assert "n1" in c["message"] and "kwok-n1" in c["message"]
+
+
+def test_submit_pending_pod_says_so_in_its_condition() -> None:
+    d = decide(pod(A_JOB_ID="", A_JOB_STATE="SubmitPending"), None, W)
+    assert d.action == state.SUBMIT
+    assert _cond(d)["reason"] == contract.COND_REASON_SUBMIT_PENDING
+
+
+def test_no_condition_for_a_pod_being_evicted() -> None:
+    assert decide(pod(False, "kwok-n1"), job("TIMEOUT", ("n1",)), W).conditions == ()
+
+
+def test_pending_event_names_the_gate() -> None:
+    d = decide(pod(), job("PENDING", reason="Priority"), W)
+    assert d.reason == "SlurmJobPending" and contract.GATE in d.message
+
+
+@pytest.mark.parametrize("failed,want", [(frozenset({"n1"}), "SlurmNodeFailed"),
+                                         (frozenset(), "SlurmJobRequeued")])
+def test_job_requeued_under_a_bound_pod(failed: frozenset[str], want: str) -> None:
+    # 22.05 requeues the placeholder when its node fails (requeue=false is ignored there)
+    p = pod(False, "kwok-n1", A_SLURM_NODE="n1")
+    j = job("PENDING", reason="None")
+    assert state.needs_node_states(state.Unit.single(p), lambda _c: j)
+    d = decide(p, j, dataclasses.replace(W, failed_nodes=failed))
+    assert (d.action, d.reason) == (state.EVICT, want)
+    assert d.cancel is j  # the requeued job would only take a Node for a Pod that is gone
+    assert not state.needs_node_states(state.Unit.single(pod()), lambda _c: j)
