@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
+from slurmgate.binder.ending import END_REASONS, end_reason
 from slurmgate.binder.podview import (
     Condition,
     NodeRef,
@@ -46,7 +47,11 @@ from slurmgate.binder.podview import (
     submitted_at,
     waiting_condition,
 )
-from slurmgate.slurm import COMPLETING, ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
+from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
+
+# A job ending in one of these never ran its placeholder to the end for a reason of Slurm's
+# own, not a user's or admin's decision (CANCELLED) or a limit (TIMEOUT).
+LAUNCH_FAILED_STATES = frozenset({"FAILED", "BOOT_FAIL", "NODE_FAIL", "LAUNCH_FAILED"})
 
 # The one set of actions (also the `action` label of the reconcile metric).
 NOTHING = "Nothing"
@@ -59,40 +64,8 @@ CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
 RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
 RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
 
-# The Event reason that tells a user why Slurm took the Node back, by the job's end state.
-# PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still
-# RUNNING through its GraceTime.
-END_REASONS = {
-    "CANCELLED": contract.EV_JOB_CANCELLED,
-    "TIMEOUT": contract.EV_JOB_TIME_LIMIT,
-    "DEADLINE": contract.EV_JOB_TIME_LIMIT,
-    "NODE_FAIL": contract.EV_NODE_FAILED,
-}
-# While the job is COMPLETING its end state may not be known yet (22.05 says only
-# COMPLETING), but Slurm's reason already tells a time limit or a node failure.
-END_BY_SLURM_REASON = {
-    "TimeLimit": contract.EV_JOB_TIME_LIMIT,
-    "Deadline": contract.EV_JOB_TIME_LIMIT,
-    "NodeDown": contract.EV_NODE_FAILED,
-}
-
-__all__ = ["NodeRef", "holds_node", "is_gated", "job_status"]  # re-exported for callers
-
-
-def end_reason(job: JobInfo) -> str:
-    """Why a Pod is evicted from its job's Node: from the end state (24.11+ list it beside
-    COMPLETING), else from Slurm's reason. A placeholder never exits by itself, so one that is
-    COMPLETING with neither was cancelled: that is how a `scancel` looks on 22.05."""
-    if job.preempted:
-        return contract.EV_JOB_PREEMPTED
-    for st in (job.state, *sorted(job.state_flags)):
-        if st in END_REASONS:
-            return END_REASONS[st]
-    if job.reason in END_BY_SLURM_REASON:
-        return END_BY_SLURM_REASON[job.reason]
-    if job.state == COMPLETING and job.reason in ("", "None"):
-        return contract.EV_JOB_CANCELLED
-    return contract.EV_JOB_ENDED
+# re-exported for callers
+__all__ = ["END_REASONS", "NodeRef", "end_reason", "holds_node", "is_gated", "job_status"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +158,16 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     job = job_of(claim)
     if job is None:
         return _without_job(u, claim, holders, w)
+    if _newer_job_submitted(holders, job, w):
+        return Decision(WAIT, requeue_after=0.5)
+    if job.state in LAUNCH_FAILED_STATES and not job.preempted and not any(
+            bound(p) for p in holders):
+        # Slurm could not start the placeholder (e.g. "Job credential revoked" when a
+        # controller that lost its state reuses a job id): the Pods never ran, nothing is
+        # lost by trying again, so they get a new job instead of being deleted.
+        return _start_over(u, job if needs_kill(job) else None, claim, holders,
+                           end_reason(job), f"Slurm job {job.job_id} {job.state} before the "
+                           f"Pod started ({job.reason}); submitted a new placeholder job")
     if job.state in ENDING_STATES or job.preempted:
         return Decision(EVICT, evict=holders, job=job, reason=end_reason(job),
                         status=job_status(job), message=_end_message(u, job, holders))
@@ -203,6 +186,15 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
 
 def _claim(p: Pod) -> str | None:
     return ann(p).get(contract.A_CLAIM) or None
+
+
+def _newer_job_submitted(holders: tuple[Pod, ...], job: JobInfo, w: World) -> bool:
+    """A Pod names a newer job of its claim than Slurm's list shows (we resubmitted a moment
+    ago and the next poll has not seen it yet): deciding on the old one would resubmit twice.
+    Only for a fresh submit: after a controller lost its state, job ids may start lower."""
+    ids = [int(i) for p in holders if (i := ann(p).get(contract.A_JOB_ID, "")).isdigit()]
+    return bool(ids) and max(ids) > job.job_id and (
+        w.now - submitted_at(list(holders)) < w.vanish_grace)
 
 
 def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:

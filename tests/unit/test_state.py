@@ -207,3 +207,18 @@ def test_job_requeued_under_a_bound_pod(failed: frozenset[str], want: str) -> No
     assert (d.action, d.reason) == (state.EVICT, want)
     assert d.cancel is j  # the requeued job would only take a Node for a Pod that is gone
     assert not state.needs_node_states(state.Unit.single(pod()), lambda _c: j)
+
+
+def test_placeholder_that_failed_to_start_is_resubmitted_not_deleted() -> None:
+    # e.g. "Job credential revoked" after a controller that lost its state reused a job id
+    d = decide(pod(), job("FAILED", ("n1",), reason="NonZeroExitCode"), W)
+    assert d.action == state.RESUBMIT and d.cancel is None
+    # once running, a failed job takes the Node back as before
+    assert decide(pod(False, "kwok-n1"), job("FAILED", ("n1",)), W).action == state.EVICT
+
+
+def test_a_newer_job_of_the_claim_not_listed_yet_is_waited_for() -> None:
+    p = pod(A_JOB_ID="9")  # resubmitted as job 9; Slurm's list still shows the failed job 7
+    assert decide(p, job("FAILED", ("n1",)), W).action == state.WAIT
+    late = pod(A_JOB_ID="9", A_SUBMITTED_AT=str(int(NOW) - 600))  # ids restarted lower
+    assert decide(late, job("PENDING"), W).action == state.STATUS

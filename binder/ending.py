@@ -1,0 +1,41 @@
+"""Why a Pod is evicted from its job's Node: the Event reason, from what Slurm says ended the
+job. One mapping for single Pods and gangs (decide.py uses it for both)."""
+
+from __future__ import annotations
+
+from slurmgate import contract
+from slurmgate.slurm import COMPLETING, JobInfo
+
+# The Event reason that tells a user why Slurm took the Node back, by the job's end state.
+# PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still
+# RUNNING through its GraceTime.
+END_REASONS = {
+    "CANCELLED": contract.EV_JOB_CANCELLED,
+    "TIMEOUT": contract.EV_JOB_TIME_LIMIT,
+    "DEADLINE": contract.EV_JOB_TIME_LIMIT,
+    "NODE_FAIL": contract.EV_NODE_FAILED,
+}
+# While the job is COMPLETING its end state may not be known yet (22.05 says only
+# COMPLETING), but Slurm's reason already tells a time limit or a node failure.
+END_BY_SLURM_REASON = {
+    "TimeLimit": contract.EV_JOB_TIME_LIMIT,
+    "Deadline": contract.EV_JOB_TIME_LIMIT,
+    "NodeDown": contract.EV_NODE_FAILED,
+}
+
+
+
+def end_reason(job: JobInfo) -> str:
+    """Why a Pod is evicted from its job's Node: from the end state (24.11+ list it beside
+    COMPLETING), else from Slurm's reason. A placeholder never exits by itself, so one that is
+    COMPLETING with neither was cancelled: that is how a `scancel` looks on 22.05."""
+    if job.preempted:
+        return contract.EV_JOB_PREEMPTED
+    for st in (job.state, *sorted(job.state_flags)):
+        if st in END_REASONS:
+            return END_REASONS[st]
+    if job.reason in END_BY_SLURM_REASON:
+        return END_BY_SLURM_REASON[job.reason]
+    if job.state == COMPLETING and job.reason in ("", "None"):
+        return contract.EV_JOB_CANCELLED
+    return contract.EV_JOB_ENDED
