@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
-from slurmgate.binder.ending import END_REASONS, end_reason
+from slurmgate.binder.ending import END_REASONS, ENDED_BY, end_reason
 from slurmgate.binder.podview import (
     Condition,
     NodeRef,
@@ -342,9 +342,9 @@ def bind_message(d: Decision, b: Bind, gang: bool) -> str:
 
 
 def _end_message(u: Unit, job: JobInfo, pods: tuple[Pod, ...]) -> str:
-    why = (f"{'the group' if u.gang else 'Slurm'}'s job {job.job_id} is {job.state}"
-           + (" (preempted by Slurm)" if job.preempted else "")
-           + (f" ({job.reason})" if job.reason not in ("", "None") else ""))
+    what = ENDED_BY.get(end_reason(job), "ended")
+    detail = ", ".join(x for x in (job.state, job.reason) if x not in ("", "None"))
+    why = f"{'the group' if u.gang else 'Slurm'}'s job {job.job_id} {what} ({detail})"
     if u.gang:
         return f"{why}; every member is evicted"
     return why + ("; the Node goes back to Slurm" if any(bound(p) for p in pods)

@@ -25,6 +25,15 @@ END_BY_SLURM_REASON = {
 
 
 
+# The same, in words, for the Event's message.
+ENDED_BY = {
+    contract.EV_JOB_PREEMPTED: "was preempted",
+    contract.EV_JOB_CANCELLED: "was cancelled",
+    contract.EV_JOB_TIME_LIMIT: "hit its time limit",
+    contract.EV_NODE_FAILED: "lost its node",
+}
+
+
 def end_reason(job: JobInfo) -> str:
     """Why a Pod is evicted from its job's Node: from the end state (24.11+ list it beside
     COMPLETING), else from Slurm's reason. A placeholder never exits by itself, so one that is

@@ -13,6 +13,7 @@ from slurmgate.logs import kv
 
 log = logging.getLogger("slurmgate.events")
 COMPONENT = "slurmgate-binder"
+RECENT = 4  # Events per Pod remembered, so that `once` skips a repeat
 
 
 def _now() -> str:
@@ -27,20 +28,23 @@ class Recorder:
     def __init__(self, kube: KubeClient, concurrency: int = 8) -> None:
         self.kube = kube
         self.instance = socket.gethostname()
-        self._last: dict[str, tuple[str, str]] = {}  # uid -> last (reason, message)
+        self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # uid -> recent (reason, message)
         self._slots = asyncio.Semaphore(concurrency)
         self._tail: dict[str, asyncio.Task[None]] = {}  # uid -> its newest pending send
 
     async def emit(self, pod: dict[str, Any], reason: str, message: str,
                    warning: bool = False, once: bool = True) -> None:
-        """`once`: skip when the same reason+message was the last one for this Pod.
+        """`once`: skip when the same reason+message is among the last RECENT for this Pod.
 
         Returns once the Event is queued; `flush()` waits until all are sent."""
         meta = pod["metadata"]
         uid = meta.get("uid", "")
-        if once and self._last.get(uid) == (reason, message):
+        recent = self._last.get(uid, ())
+        if once and (reason, message) in recent:
             return
-        self._last[uid] = (reason, message)
+        # a few, not one: an eviction says why, then "Evicted"; a second look before the watch
+        # shows the Pod terminating must not say why again
+        self._last[uid] = (*recent[-(RECENT - 1):], (reason, message))
         if len(self._last) > 50_000:
             self._last.clear()
         now = _now()

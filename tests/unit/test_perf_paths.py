@@ -65,6 +65,17 @@ async def test_events_do_not_block_and_keep_per_pod_order() -> None:
     assert kube.created == ["Other", "Slow", "Second"]
 
 
+async def test_an_eviction_says_why_once_even_when_decided_twice() -> None:
+    kube = FakeKube()
+    r = Recorder(kube)  # type: ignore[arg-type]
+    for _ in range(2):  # a second reconcile before the watch shows the Pod terminating
+        await r.emit(pod("a"), "SlurmJobTimeLimit", "m", warning=True)
+        await r.emit(pod("a"), "Evicted", "evicted: m", warning=True)
+    await r.emit(pod("a"), "Evicted", "evicted: m", warning=True, once=False)
+    await r.flush()
+    assert kube.created == ["SlurmJobTimeLimit", "Evicted", "Evicted"]
+
+
 def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
     from slurmgate.binder.jobs import JobTracker
     from slurmgate.slurm import JobInfo
