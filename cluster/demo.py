@@ -22,7 +22,8 @@ from slurmgate import contract
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-DESCRIBE_SECTIONS = ("Name:", "Namespace:", "Node:", "Status:", "Annotations:", "Events:")
+DESCRIBE_SECTIONS = ("Name:", "Namespace:", "Node:", "Status:", "Annotations:", "Conditions:",
+                     "Events:")
 
 
 class Story:
@@ -100,6 +101,9 @@ def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
     s.show("kubectl", "apply", "-f", str(EXAMPLES / "waiting-pod.yaml"))
     wait_for("pending reason on the waiting Pod", lambda: s.pod("waits-for-a-node")[
         "metadata"]["annotations"].get(contract.A_JOB_REASON) in ("Resources", "Priority"), 30)
+    wait_for("Slurm's decision as a condition", lambda: any(
+        c["type"] == contract.COND_ALLOCATED
+        for c in s.pod("waits-for-a-node")["status"].get("conditions") or []), 30)
     s.show("kubectl", "get", "pods", "-o", "wide")
     seen["waiting"] = s.describe("waits-for-a-node")
     s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
@@ -111,6 +115,8 @@ def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
     s.say("Deleting a running Pod frees its Node; Slurm gives it to the waiting Pod")
     freed = s.pod("worker-1")["spec"]["nodeName"]
     s.show("kubectl", "delete", "pod", "worker-1", "--wait=false")
+    s.show("kubectl", "wait", f"--for=condition={contract.COND_ALLOCATED}",
+           "pod/waits-for-a-node", "--timeout=60s")
     wait_for("waiting Pod bound", lambda: s.pod("waits-for-a-node")["spec"].get("nodeName")
              == freed, 60)
     s.show("kubectl", "get", "pods", "-o", "wide")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from cluster import demo
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
+from slurmgate import contract
 from tests.e2e.conftest import squeue, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -30,5 +32,8 @@ def test_demo_story(local: Local, bridge: Bridge, demo_cleanup: None) -> None:
     assert "slurmgate.io/job-id:" in text and seen["job"] in text
     assert "SchedulingGated" in text
     assert "slurmgate.io/job-reason:" in seen["waiting"]
+    assert re.search(rf"{re.escape(contract.COND_ALLOCATED)}\s+False", seen["waiting"]), \
+        seen["waiting"]
+    assert "condition met" in text
     assert "fits on no Slurm node" in seen["refusal"]
     assert "Bound" in text and "SlurmAllocated" in text
