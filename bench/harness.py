@@ -73,6 +73,11 @@ class Env:
         os.environ["SLURM_CONF"] = str(local.slurm.conf)  # for scontrol (resume)
         return cls(local, bridge, kube, slurm, aiohttp.ClientSession(), ctx)
 
+    def logs(self) -> tuple[Path, Path]:
+        """slurmctld's log and the binder's (the attribution reads both)."""
+        return (Path(self.local.slurm.run_dir) / "log" / "ctld.log",
+                Path(self.bridge.run_dir) / "log" / "binder.log")
+
     async def close(self) -> None:
         await self.kube.close()
         await self.slurm.close()

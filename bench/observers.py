@@ -31,6 +31,7 @@ class PodWatch:
     bound_at: dict[str, float] = field(default_factory=dict)
     node_of: dict[str, str] = field(default_factory=dict)
     ungated_at: dict[str, float] = field(default_factory=dict)
+    running_wall: dict[str, float] = field(default_factory=dict)  # phase Running (wall clock)
     on_bound: Callable[[str], None] | None = None
     last_event: float = 0.0
     events: int = 0
@@ -56,6 +57,9 @@ class PodWatch:
                     gates = spec.get("schedulingGates") or []
                     if not any(g.get("name") == contract.GATE for g in gates):
                         self.ungated_at.setdefault(name, now)
+                    if ((obj.get("status") or {}).get("phase") == "Running"
+                            and name not in self.running_wall):
+                        self.running_wall[name] = time.time()
                     node = spec.get("nodeName")
                     if node and name not in self.bound_at:
                         self.bound_at[name] = now
@@ -81,6 +85,14 @@ class PodWatch:
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.1)
+
+    async def wait_running(self, names: set[str], limit: float) -> bool:
+        deadline = time.monotonic() + limit
+        while len(names & self.running_wall.keys()) < len(names):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     async def quiet(self, seconds: float, limit: float) -> float:
         """Until no event for `seconds` (trailing kwok status updates done); returns the wait."""

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import attribution, util
 from bench import probe as probe_mod
-from bench import util
 from bench.harness import Env
 from bench.observers import JobPoller, PodWatch, ProcSampler
 from bench.profiling import Profiler
@@ -167,6 +167,8 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     bm0, wm0 = await env.binder_metrics(), await env.webhook_metrics()
     bcpu0, wcpu0 = util.cpu_seconds(bpid), util.cpu_seconds(wpid)
     prof = Profiler(bpid, profile) if profile else None
+    ctld_log, binder_log = env.logs()
+    ctld_at, binder_at = attribution.size_of(ctld_log), attribution.size_of(binder_log)
     names = [f"sg-{i}" for i in range(size)]
     made = await env.create_pods(ns, names, True, f"sg-{size}", a.concurrency)
     created_names = {c.name for c in made if c.ok}
@@ -195,6 +197,11 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
         w.bound_at[n] - poller.running_at[j] for n, j in job_of.items()
         if n in w.bound_at and j in poller.running_at])
     r["running_seen_by_bench"] = len(set(job_of.values()) & poller.running_at.keys())
+    if not churn:  # churned Pods are deleted once bound: they never run
+        r["all_running"] = await w.wait_running(created_names, limit=60)
+    r["attribution"] = attribution.attribute(
+        attribution.slurm_allocations(ctld_log, ctld_at),
+        attribution.binder_binds(binder_log, ns, binder_at), w.running_wall)
     hb = util.hist_delta(util.histogram(bm1, "slurmgate_binder_running_to_bound_seconds"),
                          util.histogram(bm0, "slurmgate_binder_running_to_bound_seconds"))
     hc = util.hist_delta(util.histogram(bm1, "slurmgate_binder_created_to_bound_seconds"),

@@ -166,7 +166,11 @@ class Actions:
 
     async def bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
                    status: dict[str, str], message: str) -> None:
-        """Ungate (with the status, in one patch) and bind to `node`; a retry is harmless."""
+        """Ungate (with the status, in one patch) and bind to `node`; a retry is harmless.
+
+        Only the two calls the API requires are on the path: the condition and the Events
+        follow in the background."""
+        t_start = time.time()
         meta = pod["metadata"]
         path = pod_path(meta["namespace"], meta["name"])
         status = {**status, contract.A_SLURM_NODE: slurm_node}
@@ -187,6 +191,7 @@ class Actions:
             elif k in have:  # e.g. the pending reason, gone once running
                 ops.append({"op": "remove", "path": ann_path})
         await self.kube.json_patch(path, ops)
+        t_ungated = time.time()
         faults.point("binder_after_ungate")
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"],
@@ -198,6 +203,7 @@ class Actions:
             if e.status != 409:
                 raise
             return  # already bound (our cache lagged, or a retry after a crash): nothing new
+        t_bound = time.time()
         self._assume_bound(pod, node)
         faults.point("binder_after_bind")
         seen = self.jobs.seen_running_at.get(job.job_id)
@@ -206,8 +212,13 @@ class Actions:
         created = parse_time(meta.get("creationTimestamp"))
         if created is not None:
             metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
+        # wall times of each step, so that a bench can attribute RUNNING -> bound
+        poll_sent, noticed = self.jobs.noticed_wall.get(job.job_id, (0.0, 0.0))
         log.info("pod bound", extra=kv(pod=key_of(pod), node=node, job=job.job_id,
-                                       slurm_node=slurm_node))
+                                       slurm_node=slurm_node, t_poll=round(poll_sent, 4),
+                                       t_noticed=round(noticed, 4), t_start=round(t_start, 4),
+                                       t_ungated=round(t_ungated, 4),
+                                       t_bound=round(t_bound, 4)))
         await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)

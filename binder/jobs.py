@@ -58,6 +58,10 @@ class JobTracker:
         self.synced_at = 0.0  # monotonic time of the last successful full answer
         self.healthy = False
         self.seen_running_at: dict[int, float] = {}  # job id -> when we first saw RUNNING
+        # job id -> (wall time the poll that first saw it RUNNING was sent, answered): the
+        # bind log carries them, so a bench can tell waiting for a poll from the poll itself
+        self.noticed_wall: dict[int, tuple[float, float]] = {}
+        self._poll_sent_wall = 0.0
         self.busy_until = 0.0
         self.duplicates: list[JobInfo] = []  # live jobs that lost to another of their claim
         self._errors = 0
@@ -90,10 +94,12 @@ class JobTracker:
         old = self.by_claim
         self.by_claim = fresh
         now = time.monotonic()
+        answered = time.time()
         changed = 0
         for claim, j in fresh.items():
             if j.state == RUNNING and j.job_id not in self.seen_running_at:
                 self.seen_running_at[j.job_id] = now
+                self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
             p = old.get(claim)
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
                 changed += 1
@@ -104,6 +110,7 @@ class JobTracker:
         if len(self.seen_running_at) > 4 * len(fresh) + 1000:
             live = {j.job_id for j in fresh.values()}
             self.seen_running_at = {k: v for k, v in self.seen_running_at.items() if k in live}
+            self.noticed_wall = {k: v for k, v in self.noticed_wall.items() if k in live}
         if changed:
             self.busy_until = now + 5.0
         metrics.JOB_CHANGES.inc(changed)
@@ -115,6 +122,7 @@ class JobTracker:
 
     async def poll_once(self, since: int | None) -> int | None:
         t0 = time.perf_counter()
+        self._poll_sent_wall = time.time()
         # only ours are parsed: the list also holds every other job of the cluster
         jobs, update_time = await self.slurm.jobs(since, comment_prefix=contract.COMMENT_PREFIX)
         metrics.SLURM_POLL_LATENCY.observe(time.perf_counter() - t0)

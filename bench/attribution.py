@@ -1,0 +1,100 @@
+"""Where the time between Slurm's decision and a bound Pod goes, Pod by Pod.
+
+Every step is a pair of wall-clock times from one source each:
+  Slurm allocated       slurmctld's log ("sched: Allocate JobId=..." or backfill's "Started
+                        JobId=..."), millisecond timestamps
+  poll sent, noticed    the binder's "pod bound" log line (t_poll: the poll that first saw the
+                        job RUNNING was sent; t_noticed: its answer parsed)
+  bind started, ungated, bound
+                        the same log line (the reconcile began; gate patch done; Binding done)
+  kubelet Running       the bench's own watch (status.phase Running, written by kwok)
+All on one host, so one clock; no cluster access here, so the unit tests can feed it files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import lat
+
+# 22.05-26.05 all log these two at info; the timestamp is local time, iso8601_ms by default
+_ALLOC = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] (?:sched: Allocate|sched/backfill: _start_job: "
+                    r"Started) JobId=(?P<job>\d+)")
+
+STEPS = (  # (name, from, to)
+    ("Slurm allocated -> binder poll sent", "allocated", "t_poll"),
+    ("poll sent -> RUNNING noticed", "t_poll", "t_noticed"),
+    ("noticed -> bind started (queue)", "t_noticed", "t_start"),
+    ("gate patch", "t_start", "t_ungated"),
+    ("Binding", "t_ungated", "t_bound"),
+    ("bound -> kubelet Running", "t_bound", "running"),
+    (NOTICED_TO_BOUND := "RUNNING noticed -> bound", "t_noticed", "t_bound"),
+    ("Slurm allocated -> bound (total)", "allocated", "t_bound"),
+)
+
+
+def _local_epoch(stamp: str) -> float:
+    t = dt.datetime.fromisoformat(stamp)
+    return time.mktime(t.timetuple()) + t.microsecond / 1e6
+
+
+def slurm_allocations(ctld_log: Path, offset: int = 0) -> dict[int, float]:
+    """job id -> when slurmctld allocated its nodes (the first time: a requeued job's later
+    start is a different decision); reads from byte `offset`."""
+    out: dict[int, float] = {}
+    with ctld_log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            m = _ALLOC.match(raw.decode("utf-8", "replace"))
+            if m:
+                out.setdefault(int(m["job"]), _local_epoch(m["ts"]))
+    return out
+
+
+def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str, dict[str, Any]]:
+    """Pod name -> the fields of its "pod bound" line (namespace `namespace`)."""
+    out: dict[str, dict[str, Any]] = {}
+    prefix = f"{namespace}/"
+    with binder_log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            if b'"pod bound"' not in raw:
+                continue
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            pod = str(doc.get("pod", ""))
+            if pod.startswith(prefix):
+                out[pod[len(prefix):]] = doc
+    return out
+
+
+def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],
+              running: dict[str, float]) -> dict[str, Any]:
+    """p50/p99 of every step over the Pods that have both ends of it."""
+    rows: dict[str, list[float]] = {name: [] for name, _, _ in STEPS}
+    for pod, doc in binds.items():
+        t: dict[str, float] = {k: float(v) for k, v in doc.items()
+                               if k.startswith("t_") and isinstance(v, int | float) and v}
+        job = doc.get("job")
+        if isinstance(job, int) and job in allocated:
+            t["allocated"] = allocated[job]
+        if pod in running:
+            t["running"] = running[pod]
+        for name, a, b in STEPS:
+            if a in t and b in t:
+                rows[name].append(t[b] - t[a])
+    return {name: lat(v) for name, v in rows.items() if v}
+
+
+def size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
