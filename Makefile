@@ -102,6 +102,9 @@ undeploy: venv
 demo: deps
 	$(PYTHON) -m cluster.demo
 
+# The bench on every Slurm release in turn (each on a fresh cluster; the roots are built by the
+# bench itself), bursts of 100 and 500 Pods. BENCH_ARGS='--scale' adds the 1,000-Pod burst,
+# '--versions 26.05' runs one release, '--quick' a tiny run on $(SLURM_VERSION).
 bench: deps
 	$(PYTHON) -m pip install -q -e '.[dev,bench]'
 	$(PYTHON) -m bench.run $(BENCH_ARGS)

@@ -67,7 +67,9 @@ def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str,
                 continue
             try:
                 doc = json.loads(raw)
-            except ValueError:
+            except ValueError:  # stderr shares the file: tracebacks, a line cut by a crash
+                continue
+            if not isinstance(doc, dict) or doc.get("msg") != "pod bound":
                 continue
             pod = str(doc.get("pod", ""))
             if pod.startswith(prefix):

@@ -286,17 +286,18 @@ async def idle_window(env: Env, w: PodWatch, bound: int, window: float) -> dict[
     return r
 
 
-def choose_nodes(a: argparse.Namespace, results: dict[str, Any]) -> int:
+def choose_nodes(a: argparse.Namespace, results: dict[str, Any], slurm_version: str) -> int:
+    """--nodes, else the most slurmd of a.probe (bench/run.py's counts) this machine holds
+    on `slurm_version`, at most the largest burst."""
     if a.nodes:
         return min(a.nodes, a.max_nodes)
-    counts = [int(x) for x in (a.probe or "50,100,200,400,1000").split(",") if x]
     rows = []
     best = 0
-    for n in counts:
+    for n in a.probe:
         if n > a.max_nodes:
             break
-        log(f"probe: starting the cluster with {n} slurmd")
-        row = probe_mod.probe(a.run_dir, n)
+        log(f"probe: starting the Slurm {slurm_version} cluster with {n} slurmd")
+        row = probe_mod.probe(a.run_dir, n, slurm_version=slurm_version)
         rows.append(row)
         log(f"probe {n}: {json.dumps({k: v for k, v in row.items() if k != 'detail'})}")
         if not row.get("ok"):

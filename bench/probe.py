@@ -39,12 +39,13 @@ def idle_cpu(pids: list[int], window: float) -> float:
     return (total() - a) / window
 
 
-def probe(run_dir: Path, n: int, idle_window: float = 5.0) -> dict[str, Any]:
+def probe(run_dir: Path, n: int, idle_window: float = 5.0,
+          slurm_version: str | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     avail0 = util.mem_available_mib()
     row: dict[str, Any] = {"nodes": n}
     try:
-        lc = local_mod.up(run_dir, nodes=n)
+        lc = local_mod.up(run_dir, nodes=n, slurm_version=slurm_version)
     except BaseException as e:
         row.update(ok=False, seconds=round(time.monotonic() - t0, 1),
                    error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",

@@ -21,8 +21,13 @@ def test_bench_quick_runs_every_phase(tmp_path: Path) -> None:
          "--run-dir", "/tmp/slurmgate-bench-smoke"],
         cwd=REPO, env=env, text=True, capture_output=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (result,) = tmp_path.glob("bench-*.json")
+    # --quick runs one release: $SLURM_VERSION (make test-matrix sets it), else the newest
+    (result,) = tmp_path.glob("bench-*-slurm-*.json")
+    (summary,) = tmp_path.glob("bench-*-summary.json")
     doc = json.loads(result.read_text())
+    assert [v["slurm_version"] for v in json.loads(summary.read_text())["versions"]] == \
+        [doc["slurm_version"]]
+    assert f"Slurm {doc['slurm_version']}" in p.stdout
     assert "error" not in doc, doc.get("error")
     assert doc["admission"] and len(doc["bursts"]) == 2
     for burst in doc["bursts"]:
