@@ -2,7 +2,11 @@
 
 Every step is a pair of wall-clock times from one source each:
   Slurm allocated       slurmctld's log ("sched: Allocate JobId=..." or backfill's "Started
-                        JobId=..."), millisecond timestamps
+                        JobId=..."), millisecond timestamps; only the main scheduler logs its
+                        starts at info, so backfilled jobs have no such line
+  Slurm RUNNING         slurmctld's log "prolog_running_decr: Configuration for JobId=N is
+                        complete": PrologSlurmctld (slurmgate's hook) has finished and Slurm
+                        reports the job RUNNING; every job has it
   poll sent, noticed    the binder's "pod bound" log line (t_poll: the poll that first saw the
                         job RUNNING was sent; t_noticed: its answer parsed)
   bind started, ungated, bound
@@ -25,16 +29,21 @@ from bench.stats import lat
 # 22.05-26.05 all log these two at info; the timestamp is local time, iso8601_ms by default
 _ALLOC = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] (?:sched: Allocate|sched/backfill: _start_job: "
                     r"Started) JobId=(?P<job>\d+)")
+_RUNNING = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] prolog_running_decr: Configuration for "
+                      r"JobId=(?P<job>\d+) is complete")
 
 STEPS = (  # (name, from, to)
-    ("Slurm allocated -> binder poll sent", "allocated", "t_poll"),
-    ("poll sent -> RUNNING noticed", "t_poll", "t_noticed"),
+    ("Slurm allocated -> hook done, RUNNING", "allocated", "slurm_running"),
+    ("Slurm allocated -> binder noticed", "allocated", "t_noticed"),
+    ("Slurm RUNNING -> binder noticed", "slurm_running", "t_noticed"),
+    ("poll sent -> RUNNING noticed (0: pushed)", "t_poll", "t_noticed"),
     ("noticed -> bind started (queue)", "t_noticed", "t_start"),
     ("gate patch", "t_start", "t_ungated"),
     ("Binding", "t_ungated", "t_bound"),
-    ("bound -> kubelet Running", "t_bound", "running"),
+    ("bound -> kubelet (kwok) Running", "t_bound", "running"),
     (NOTICED_TO_BOUND := "RUNNING noticed -> bound", "t_noticed", "t_bound"),
     ("Slurm allocated -> bound (total)", "allocated", "t_bound"),
+    ("Slurm RUNNING -> bound (total)", "slurm_running", "t_bound"),
 )
 
 
@@ -43,17 +52,23 @@ def _local_epoch(stamp: str) -> float:
     return time.mktime(t.timetuple()) + t.microsecond / 1e6
 
 
-def slurm_allocations(ctld_log: Path, offset: int = 0) -> dict[int, float]:
+def slurm_allocations(ctld_log: Path, offset: int = 0,
+                      pattern: re.Pattern[str] = _ALLOC) -> dict[int, float]:
     """job id -> when slurmctld allocated its nodes (the first time: a requeued job's later
     start is a different decision); reads from byte `offset`."""
     out: dict[int, float] = {}
     with ctld_log.open("rb") as f:
         f.seek(offset)
         for raw in f:
-            m = _ALLOC.match(raw.decode("utf-8", "replace"))
+            m = pattern.match(raw.decode("utf-8", "replace"))
             if m:
                 out.setdefault(int(m["job"]), _local_epoch(m["ts"]))
     return out
+
+
+def slurm_running(ctld_log: Path, offset: int = 0) -> dict[int, float]:
+    """job id -> when slurmctld finished the job's PrologSlurmctld and called it RUNNING."""
+    return slurm_allocations(ctld_log, offset, _RUNNING)
 
 
 def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str, dict[str, Any]]:
@@ -78,7 +93,8 @@ def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str,
 
 
 def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],
-              running: dict[str, float]) -> dict[str, Any]:
+              running: dict[str, float],
+              slurm_running: dict[int, float] | None = None) -> dict[str, Any]:
     """p50/p99 of every step over the Pods that have both ends of it."""
     rows: dict[str, list[float]] = {name: [] for name, _, _ in STEPS}
     for pod, doc in binds.items():
@@ -87,6 +103,8 @@ def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],
         job = doc.get("job")
         if isinstance(job, int) and job in allocated:
             t["allocated"] = allocated[job]
+        if isinstance(job, int) and slurm_running and job in slurm_running:
+            t["slurm_running"] = slurm_running[job]
         if pod in running:
             t["running"] = running[pod]
         for name, a, b in STEPS:

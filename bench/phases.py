@@ -160,8 +160,8 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
 
     w = PodWatch(env.kube, ns, on_bound=on_bound)
     await w.start()
-    poller = JobPoller(env.slurm)
-    poller.start()
+    # no poller of our own here: it would load slurmctld while the binder is measured (the
+    # attribution reads Slurm's times from its log instead)
     sampler = ProcSampler({"binder": bpid, "webhook": wpid})
     sampler.start()
     bm0, wm0 = await env.binder_metrics(), await env.webhook_metrics()
@@ -181,7 +181,6 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     bcpu, wcpu = util.cpu_seconds(bpid) - bcpu0, util.cpu_seconds(wpid) - wcpu0
     prof_summary = prof.stop() if prof else None
     bm1 = await env.binder_metrics()
-    await poller.stop()
     await sampler.stop()
     for t in deletes:
         with contextlib.suppress(Exception):
@@ -192,16 +191,12 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     r["create"] = lat([c.t_done - c.t_send for c in made if c.ok])
     r["create_errors"] = sum(not c.ok for c in made)
     r["create_error_samples"] = sorted({c.error for c in made if not c.ok})[:3]
-    job_of = {c.name: c.job_id for c in made if c.job_id}
-    r["running_to_bound_watch"] = lat([
-        w.bound_at[n] - poller.running_at[j] for n, j in job_of.items()
-        if n in w.bound_at and j in poller.running_at])
-    r["running_seen_by_bench"] = len(set(job_of.values()) & poller.running_at.keys())
     if not churn:  # churned Pods are deleted once bound: they never run
         r["all_running"] = await w.wait_running(created_names, limit=60)
     r["attribution"] = attribution.attribute(
         attribution.slurm_allocations(ctld_log, ctld_at),
-        attribution.binder_binds(binder_log, ns, binder_at), w.running_wall)
+        attribution.binder_binds(binder_log, ns, binder_at), w.running_wall,
+        attribution.slurm_running(ctld_log, ctld_at))
     hb = util.hist_delta(util.histogram(bm1, "slurmgate_binder_running_to_bound_seconds"),
                          util.histogram(bm0, "slurmgate_binder_running_to_bound_seconds"))
     hc = util.hist_delta(util.histogram(bm1, "slurmgate_binder_created_to_bound_seconds"),
@@ -211,7 +206,12 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     r["running_to_bound_binder_metric"] = hist_lat(hb)
     r["created_to_bound_binder_metric"] = hist_lat(hc)
     r["binder_slurm_poll"] = hist_lat(hp)
-    r["bench_slurm_poll"] = lat(poller.poll_seconds)
+    r["slurm_pushes"] = {
+        f"{lab.get('event')}/{lab.get('outcome')}": v - util.prom_sum(
+            bm0, "slurmgate_binder_slurm_pushes_total", **lab)
+        for metric, lab, v in bm1 if metric == "slurmgate_binder_slurm_pushes_total"}
+    r["binder_polls"] = (util.prom_sum(bm1, "slurmgate_binder_slurm_polls_total")
+                         - util.prom_sum(bm0, "slurmgate_binder_slurm_polls_total"))
     r["reconciles"] = (util.prom_sum(bm1, "slurmgate_binder_reconciles_total")
                        - util.prom_sum(bm0, "slurmgate_binder_reconciles_total"))
     r["binder_cpu_s"] = round(bcpu, 2)

@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slurmgate import logs
-from slurmgate.binder import config, metrics
+from slurmgate.binder import config, metrics, push
 from slurmgate.binder.config import BinderConfig
 from slurmgate.binder.controller import Controller
 from slurmgate.binder.leader import LeaderElector
@@ -24,7 +24,8 @@ from slurmgate.slurm import SlurmClient
 log = logging.getLogger("slurmgate.binder")
 
 
-def health_app(binder: Controller, elector: LeaderElector) -> web.Application:
+def health_app(binder: Controller, elector: LeaderElector,
+               push_token: bytes | None = None) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -43,6 +44,9 @@ def health_app(binder: Controller, elector: LeaderElector) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", prom)
+    if push_token is not None:
+        app.router.add_post(push.PATH, push.handler(
+            push_token, lambda: binder.jobs if elector.is_leader else None))
     return app
 
 
@@ -53,7 +57,12 @@ async def run(cfg: BinderConfig) -> int:
     binder = Controller(kube, slurm, cfg.reconcile)
     elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
                             renew_seconds=lease.renew_seconds, identity=lease.identity)
-    runner = web.AppRunner(health_app(binder, elector), access_log=None)
+    try:
+        token = push.read_token(cfg.push_token_file) if cfg.push_token_file else None
+    except (OSError, ValueError) as e:
+        log.error("cannot read the push token (SLURM_PUSH_TOKEN_FILE)", extra=kv(error=str(e)))
+        return 2
+    runner = web.AppRunner(health_app(binder, elector, token), access_log=None)
     await runner.setup()
     host, _, port = cfg.health_listen.rpartition(":")
     await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()

@@ -52,6 +52,9 @@ class Actions:
         self.pods = pods  # a bind is assumed in its store at once
         self.settings = settings
         self._evict_refused_since: dict[str, float] = {}
+        # uid -> (status, reason, write): a condition written after a bind, in the background
+        self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
+        self._background_slots = asyncio.Semaphore(4)  # binds keep the API server first
 
     async def set_status(self, pod: Pod, status: dict[str, str]) -> None:
         """Merge the status annotations; an empty value removes one."""
@@ -61,7 +64,41 @@ class Actions:
 
     async def set_condition(self, pod: Pod, want: Condition) -> None:
         """The SlurmAllocated condition, through pods/status (a strategic merge keeps the
-        kubelet's and the scheduler's conditions)."""
+        kubelet's and the scheduler's conditions). One Pod's writes keep their order; the same
+        condition as one being written in the background is not written twice."""
+        pending = self._condition_writes.get(pod["metadata"].get("uid", ""))
+        if pending is not None:
+            if pending[:2] == (want["status"], want.get("reason", "")):
+                return
+            await asyncio.wait([pending[2]])
+        await self._write_condition(pod, want)
+
+    def _condition_later(self, pod: Pod, want: Condition) -> None:
+        uid = pod["metadata"].get("uid", "")
+
+        async def write() -> None:
+            async with self._background_slots:
+                try:
+                    await self._write_condition(pod, want)
+                except Exception as e:  # the next reconcile of the Pod writes it again
+                    log.warning("condition not written", extra=kv(pod=key_of(pod),
+                                                                 error=str(e)))
+
+        task = asyncio.create_task(write())
+        self._condition_writes[uid] = (want["status"], want.get("reason", ""), task)
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._condition_writes.get(uid, (0, 0, None))[2] is task:
+                del self._condition_writes[uid]
+
+        task.add_done_callback(done)
+
+    async def flush(self) -> None:
+        """Wait for the background writes (tests; a clean stop)."""
+        while self._condition_writes:
+            await asyncio.wait([t for _, _, t in list(self._condition_writes.values())])
+
+    async def _write_condition(self, pod: Pod, want: Condition) -> None:
         meta = pod["metadata"]
         have = condition(pod) or {}
         changed = have.get("status") != want["status"]
@@ -222,7 +259,7 @@ class Actions:
         await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
-        await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
+        self._condition_later(pod, allocated_condition(job.job_id, slurm_node, node))
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""

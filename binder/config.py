@@ -45,6 +45,8 @@ class BinderConfig:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     health_listen: str = "0.0.0.0:8080"
+    # the bearer token slurmctld's hook presents (binder/push.py); None: no push listener
+    push_token_file: str | None = None
     kubeconfig: str | None = None
     log_level: str = "INFO"
 
@@ -91,6 +93,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
             identity=env_optional(env, "POD_NAME"),
         ),
         health_listen=a.health_listen,
+        push_token_file=env_optional(env, "SLURM_PUSH_TOKEN_FILE"),
         kubeconfig=a.kubeconfig,
         log_level=a.log_level,
     )

@@ -41,7 +41,8 @@ class Controller:
         self.queue: WorkQueue[Request] = WorkQueue()
         self.node_queue: WorkQueue[str] = WorkQueue()
         self.events = Recorder(kube)
-        self.jobs = JobTracker(slurm, self._on_job)
+        self.jobs = JobTracker(slurm, self._on_job,
+                               comment_of=lambda job_id: self.index.comment_by_job.get(job_id))
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
                              label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
         self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,

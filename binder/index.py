@@ -49,6 +49,9 @@ class Index:
         self.node_for: dict[str, NodeRef] = {}  # Slurm node -> k8s Node
         self.slurm_of: dict[str, str] = {}  # k8s Node -> Slurm node
         self.gone_claims: dict[Request, set[str]] = {}  # claims of deleted Pods, by unit
+        # job id (the Pod's annotation) -> the comment its job was submitted with: a push
+        # about a job no poll has shown yet is still recognised as ours
+        self.comment_by_job: dict[int, str] = {}
 
     def request(self, key: str) -> Request:
         return request_for(key, self.informer.store.get(key))
@@ -75,10 +78,18 @@ class Index:
             self.claim_by_key.pop(key, None)
             if claim:
                 self.gone_claims.setdefault(req, set()).add(claim)
+            job = ann(obj).get(contract.A_JOB_ID, "")
+            if job.isdigit():
+                self.comment_by_job.pop(int(job), None)
             return req
         if claim:
             self.key_by_claim[claim] = key
             self.claim_by_key[key] = claim
+            job = ann(obj).get(contract.A_JOB_ID, "")
+            if job.isdigit():
+                self.comment_by_job[int(job)] = (
+                    contract.group_comment(claim, req.namespace, req.name) if req.gang
+                    else contract.job_comment(claim, req.namespace, req.name))
         return req
 
     def job_changed(self, claim: str) -> Request | None:

@@ -1,4 +1,6 @@
-"""Our Slurm jobs, kept current by polling slurmrestd with update_time.
+"""Our Slurm jobs, kept current by polling slurmrestd with update_time, and told at once of
+starts and ends by slurmctld's PrologSlurmctld/EpilogSlurmctld hook when a site installs it
+(binder/push.py); polling stays the safety net for a missed or absent push.
 
 An idle poll costs nearly nothing (22.05: a 304 with no body; 24.11+: a 200 with an empty list,
 which the client reports as "not modified" too); the interval still backs off when nothing of
@@ -9,6 +11,7 @@ changed are reconciled: work follows changes, not the number of Pods.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -17,13 +20,14 @@ from collections.abc import Callable
 from slurmgate import contract
 from slurmgate.binder import metrics
 from slurmgate.logs import kv
-from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, JobInfo, SlurmClient
+from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, WAITING_STATES, JobInfo, SlurmClient
 
 log = logging.getLogger("slurmgate.jobs")
 
 FAST_POLL = 0.1  # while our jobs are pending or changing: notice allocations quickly
 SLOW_POLL = 1.0  # nothing in flight
 FULL_RESYNC = 60.0  # a periodic full list guards against missed same-second updates
+MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
 
 
 def _preferred(a: JobInfo, b: JobInfo) -> bool:
@@ -50,8 +54,11 @@ def poll_delay(in_flight: bool, took: float) -> float:
 
 
 class JobTracker:
-    def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None]):
+    def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None],
+                 comment_of: Callable[[int], str | None] = lambda _: None):
         self.slurm = slurm
+        # job id -> the comment of a job of ours no poll has shown yet (from the Pods)
+        self.comment_of = comment_of
         self.on_change = on_change  # (claim, job or None when it left Slurm's list)
         self.by_claim: dict[str, JobInfo] = {}
         self.synced = asyncio.Event()
@@ -65,6 +72,11 @@ class JobTracker:
         self.busy_until = 0.0
         self.duplicates: list[JobInfo] = []  # live jobs that lost to another of their claim
         self._errors = 0
+        self._claim_of: dict[int, str] = {}  # job id -> claim, for pushes (they carry the id)
+        # job id -> when a push said it started (monotonic): an answer to a poll sent before
+        # that must not take the job back to waiting (and the Pod off its Node)
+        self._pushed_at: dict[int, float] = {}
+        self._wake = asyncio.Event()
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -73,13 +85,68 @@ class JobTracker:
         """Something expects a job change soon (a new gated Pod): poll fast for a while."""
         self.busy_until = time.monotonic() + 10.0
 
-    def _apply(self, jobs: list[JobInfo]) -> None:
+    def wake(self) -> None:
+        """Poll now (a push named a job we do not know, or one that ended)."""
+        self._wake.set()
+
+    def pushed(self, job_id: int, event: str, nodes: tuple[str, ...]) -> str:
+        """slurmctld says job `job_id` started on `nodes` (or ended). A start of a job of ours
+        (known from a poll, or from its Pod's annotation when it started before any poll saw
+        it) is taken at its word: the push is authenticated, and the next polls confirm or
+        overrule it. Anything else only makes the poller look now. Returns what was done."""
+        if event != "started" or not nodes:
+            self.wake()
+            return "polled" if event == "ended" else "ignored"
+        claim = self._claim_of.get(job_id)
+        have = self.by_claim.get(claim) if claim else None
+        if have is None or have.job_id != job_id:
+            comment = self.comment_of(job_id)
+            claim = contract.claim_from_comment(comment)
+            if claim is None:
+                self.wake()
+                return "polled"  # not ours, or a Pod we have not seen yet
+            have = JobInfo(job_id=job_id, name="", state="PENDING", reason="", nodes=(),
+                           comment=comment, partition="", submit_time=int(time.time()),
+                           start_time=0, end_time=0)
+        elif have.state not in WAITING_STATES:
+            return "known"  # a poll was quicker
+        assert claim is not None
+        now = time.monotonic()
+        job = dataclasses.replace(have, state=RUNNING, reason="None", nodes=nodes,
+                                  state_flags=frozenset({RUNNING}))
+        self._pushed_at[job_id] = now
+        self._claim_of[job_id] = claim
+        self.by_claim[claim] = job
+        self.seen_running_at.setdefault(job_id, now)
+        wall = time.time()
+        self.noticed_wall.setdefault(job_id, (wall, wall))
+        self.busy_until = now + 5.0
+        self.on_change(claim, job)
+        return "applied"
+
+    def _keep_pushed(self, polled: JobInfo, sent: float) -> bool:
+        """Whether a pushed start outranks this poll's view of the job. A poll sent before the
+        push can show it still pending; one sent after can show it CONFIGURING (our own hook
+        was still running). Any other state, or a later poll, is the truth."""
+        at = self._pushed_at.get(polled.job_id)
+        if at is None:
+            return False
+        if polled.state == "CONFIGURING" or (polled.state in WAITING_STATES and sent < at):
+            return True
+        del self._pushed_at[polled.job_id]
+        return False
+
+    def _apply(self, jobs: list[JobInfo], sent: float = 0.0) -> None:
         fresh: dict[str, JobInfo] = {}
         duplicates: list[JobInfo] = []
+        claim_of: dict[int, str] = {}
         for j in jobs:
             claim = contract.claim_from_comment(j.comment)
             if claim is None:
                 continue
+            claim_of[j.job_id] = claim
+            if self._keep_pushed(j, sent):
+                j = self.by_claim.get(claim, j)
             prev = fresh.get(claim)
             if prev is None:
                 fresh[claim] = j
@@ -88,9 +155,17 @@ class JobTracker:
             fresh[claim] = keep
             if drop.active:
                 duplicates.append(drop)
+        # a pushed start this poll cannot have seen (sent before the job existed) stays
+        for job_id, at in self._pushed_at.items():
+            c = self._claim_of.get(job_id)
+            if at > sent and c is not None and c not in fresh and c in self.by_claim:
+                fresh[c] = self.by_claim[c]
+                claim_of[job_id] = c
         # Several live jobs for one claim happen when a submit timed out at admission but
         # slurmrestd still ran it, and the binder submitted again: one of them must go.
         self.duplicates = duplicates
+        self._claim_of = claim_of
+        self._pushed_at = {k: v for k, v in self._pushed_at.items() if k in claim_of}
         old = self.by_claim
         self.by_claim = fresh
         now = time.monotonic()
@@ -122,6 +197,8 @@ class JobTracker:
 
     async def poll_once(self, since: int | None) -> int | None:
         t0 = time.perf_counter()
+        sent = time.monotonic()
+        self._wake.clear()  # a push from now on asks for the next poll, not this one
         self._poll_sent_wall = time.time()
         # only ours are parsed: the list also holds every other job of the cluster
         jobs, update_time = await self.slurm.jobs(since, comment_prefix=contract.COMMENT_PREFIX)
@@ -131,7 +208,7 @@ class JobTracker:
             metrics.SLURM_POLLS.labels("not_modified").inc()
         else:
             metrics.SLURM_POLLS.labels("changed").inc()
-            self._apply(jobs)
+            self._apply(jobs, sent)
             self.synced_at = time.monotonic()
             self.synced.set()
         return update_time
@@ -161,4 +238,12 @@ class JobTracker:
                 delay = min(30.0, 0.25 * 2 ** min(self._errors, 7)) * random.uniform(0.5, 1.5)
                 log.warning("slurm poll failed; backing off",
                             extra=kv(error=str(e), retry_in=round(delay, 2)))
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        """`delay`, or less when a push wakes us (but at least MIN_POLL_GAP)."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), delay)
+        except TimeoutError:
+            return
+        await asyncio.sleep(MIN_POLL_GAP)

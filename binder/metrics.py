@@ -42,3 +42,8 @@ LEADER = Gauge("slurmgate_binder_is_leader", "1 while this replica holds the Lea
                registry=REGISTRY)
 NODE_ACTIONS = Counter("slurmgate_binder_node_actions_total", "Slurm node drains/resumes",
                        ["action"], registry=REGISTRY)
+SLURM_PUSHES = Counter("slurmgate_binder_slurm_pushes_total",
+                       "Job starts/ends pushed by slurmctld's hook, by what the binder did: "
+                       "applied (bound at once), known (a poll was first), polled (looked "
+                       "now), ignored, rejected (bad token or body)",
+                       ["event", "outcome"], registry=REGISTRY)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import ssl
 import subprocess
@@ -156,12 +157,31 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "BINDER_ORPHAN_GRACE": "10",
         "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
     }
+    b.env["SLURM_PUSH_TOKEN_FILE"] = str(push_hook(local, run_dir))
     if not local.slurm.root:
         # scontrol (node drain/resume on Slurm 22.05 only) reads the cluster's slurm.conf;
         # on newer Slurm everything goes through REST and the binder gets no slurm.conf
         b.env["SLURM_CONF"] = str(local.slurm.conf)
     start_processes(b)
     return b
+
+
+def push_hook(local: Local, run_dir: Path) -> Path:
+    """Point the cluster's slurmctld hook at this binder, with a fresh token; returns the
+    binder's copy of the token."""
+    token = secrets.token_urlsafe(32)
+    mine = run_dir / "push-token"
+    proc_write(mine, token)
+    conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
+    conf.mkdir(parents=True, exist_ok=True)
+    proc_write(conf / "token", token)
+    (conf / "endpoint").write_text(f"127.0.0.1:{BINDER_PORT}\n")
+    return mine
+
+
+def proc_write(path: Path, text: str) -> None:
+    path.write_text(text + "\n")
+    path.chmod(0o600)
 
 
 def _save(b: Bridge) -> None:

@@ -40,6 +40,7 @@ from cluster.slurm_stop import stop
 __all__ = ["ClusterError", "SlurmCluster", "load", "start", "stop", "throwaway"]
 
 REST_USER = "slurmrest"
+HOOK = Path(__file__).resolve().parent.parent / "slurmgate" / "hooks" / "slurmgate-notify"
 DEFAULT_DIR = Path("/tmp/slurmgate-slurm")
 # The Slurm commands a user of the local cluster types; each gets a wrapper in run_dir/bin.
 CLI_TOOLS = ("squeue", "sinfo", "scontrol", "sbatch", "scancel", "srun", "sacct")
@@ -216,6 +217,9 @@ def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
                                       base_port, _munge_socket(c), c.cluster_name, grace_time))
     c.conf.chmod(0o644)
+    hook_dir = c.run_dir / "hook"
+    (hook_dir / "slurmgate").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(HOOK, hook_dir / "slurmgate-notify")  # inside the run dir: a root sees it
     if rel.cgroup_conf:
         (c.run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
 

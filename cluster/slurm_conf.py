@@ -59,6 +59,10 @@ KillWait=5
 # Slurm drains the node ("Kill task failed"), which the 1,000-job benchmarks hit at 60 s
 UnkillableStepTimeout=180
 MinJobAge=300
+# slurmgate's hook: tells the binder of every start and end at once (a no-op until the bridge
+# writes {d}/hook/slurmgate/endpoint and token)
+PrologSlurmctld={d}/hook/slurmgate-notify
+EpilogSlurmctld={d}/hook/slurmgate-notify
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 {node_lines}

@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.attribution import NOTICED_TO_BOUND, attribute, binder_binds, slurm_allocations
+from bench.attribution import (
+    NOTICED_TO_BOUND,
+    attribute,
+    binder_binds,
+    slurm_allocations,
+    slurm_running,
+)
 
 NS = "bench-sg-100"
 
@@ -93,11 +99,13 @@ def test_attribute_only_steps_with_both_ends() -> None:
         # a job id that is not an int is not looked up
         "c": {"job": "3", "t_start": 30.0, "t_ungated": 30.05, "t_bound": 30.1},
     }
-    got = attribute({1: 10.0, 2: 19.0, 3: 29.0}, binds, {"a": 10.9})
-    assert got["Slurm allocated -> binder poll sent"]["n"] == 1
-    assert got["Slurm allocated -> binder poll sent"]["p50_ms"] == 100.0
-    assert got["bound -> kubelet Running"]["n"] == 1
-    assert got["bound -> kubelet Running"]["p50_ms"] == 500.0
+    got = attribute({1: 10.0, 2: 19.0, 3: 29.0}, binds, {"a": 10.9}, {1: 10.05})
+    assert got["Slurm allocated -> binder noticed"]["n"] == 1
+    assert got["Slurm allocated -> binder noticed"]["p50_ms"] == 200.0
+    assert got["Slurm allocated -> hook done, RUNNING"]["p50_ms"] == 50.0
+    assert got["Slurm RUNNING -> binder noticed"]["p50_ms"] == 150.0
+    assert got["bound -> kubelet (kwok) Running"]["n"] == 1
+    assert got["bound -> kubelet (kwok) Running"]["p50_ms"] == 500.0
     assert got[NOTICED_TO_BOUND]["n"] == 1
     assert got[NOTICED_TO_BOUND]["p50_ms"] == 200.0
     # b and a have both ends of the total (b through its own allocation), c has none
@@ -110,3 +118,13 @@ def test_attribute_leaves_out_steps_nobody_has() -> None:
     got = attribute({}, {"a": {"job": 1, "t_ungated": 1.0, "t_bound": 1.5}}, {})
     assert set(got) == {"Binding"}
     assert attribute({}, {}, {}) == {}
+
+
+def test_slurm_running_reads_the_end_of_the_slurmctld_hook(tmp_path: Path) -> None:
+    log = tmp_path / "ctld.log"
+    log.write_text("[2026-12-03T16:37:12.351] prolog_running_decr: Configuration for JobId=3 "
+                   "is complete\n[2026-12-03T16:37:12.000] sched: Allocate JobId=4 NodeList=n4 "
+                   "#CPUs=8 Partition=k8s\n")
+    got = slurm_running(log)
+    assert set(got) == {3}
+    assert slurm_allocations(log)[4] < got[3]
