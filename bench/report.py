@@ -70,6 +70,10 @@ def table(results: dict[str, Any]) -> str:
             ks.get("makespan_s"), ks.get("per_s"))
         row("Slurm floor: REST submit -> RUNNING (ms)", sl.get("p50_ms"), sl.get("p99_ms"),
             sl.get("makespan_s"), sl.get("per_s"))
+        lg = sl.get("by_log") or {}
+        if lg.get("done"):
+            row("  the same, RUNNING as slurmctld logs it", lg.get("p50_ms"), lg.get("p99_ms"),
+                lg.get("makespan_s"), lg.get("per_s"))
         row("slurmgate: create -> bound (ms)", o.get("p50_ms"), o.get("p99_ms"),
             o.get("makespan_s"), o.get("per_s"))
         if o.get("slurm_pushes") is not None:

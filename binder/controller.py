@@ -57,6 +57,10 @@ class Controller:
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if new is not None and is_gated(new):
             self.jobs.kick()
+            job = ann(new).get(contract.A_JOB_ID, "")
+            if old is None and job.isdigit():
+                self.index.pod_changed(key, old, new)  # so the push below finds its claim
+                self.jobs.pod_seen(int(job))
         self.queue.add(self.index.pod_changed(key, old, new))
 
     def _on_job(self, claim: str, job: JobInfo | None) -> None:

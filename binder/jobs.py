@@ -27,6 +27,8 @@ log = logging.getLogger("slurmgate.jobs")
 FAST_POLL = 0.1  # while our jobs are pending or changing: notice allocations quickly
 SLOW_POLL = 1.0  # nothing in flight
 FULL_RESYNC = 60.0  # a periodic full list guards against missed same-second updates
+EARLY_KEEP = 10.0  # a pushed start waits this long for its Pod to reach our watch
+EARLY_MAX = 10_000
 MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
 
 
@@ -77,6 +79,9 @@ class JobTracker:
         # that must not take the job back to waiting (and the Pod off its Node)
         self._pushed_at: dict[int, float] = {}
         self._wake = asyncio.Event()
+        # job id -> (nodes, when) of a pushed start that named no job or Pod we knew yet: the
+        # job was allocated as it was submitted, before the Pod reached our watch
+        self._early: dict[int, tuple[tuple[str, ...], float]] = {}
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -103,6 +108,7 @@ class JobTracker:
             comment = self.comment_of(job_id)
             claim = contract.claim_from_comment(comment)
             if claim is None:
+                self._remember_early(job_id, nodes)
                 self.wake()
                 return "polled"  # not ours, or a Pod we have not seen yet
             have = JobInfo(job_id=job_id, name="", state="PENDING", reason="", nodes=(),
@@ -123,6 +129,19 @@ class JobTracker:
         self.busy_until = now + 5.0
         self.on_change(claim, job)
         return "applied"
+
+    def _remember_early(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        now = time.monotonic()
+        if len(self._early) > EARLY_MAX:
+            self._early = {k: v for k, v in self._early.items() if now - v[1] < EARLY_KEEP}
+        self._early[job_id] = (nodes, now)
+
+    def pod_seen(self, job_id: int) -> None:
+        """A Pod with this job id appeared: apply a start pushed before it did."""
+        early = self._early.pop(job_id, None)
+        if early is not None and time.monotonic() - early[1] < EARLY_KEEP:
+            metrics.SLURM_PUSHES.labels("started", "applied_late").inc()
+            self.pushed(job_id, "started", early[0])
 
     def _keep_pushed(self, polled: JobInfo, sent: float) -> bool:
         """Whether a pushed start outranks this poll's view of the job. A poll sent before the
