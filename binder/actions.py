@@ -5,6 +5,7 @@ Slurm (Events go through the Recorder these methods are given)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -33,6 +34,7 @@ from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmE
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.actions")
+BACKGROUND_PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish
 
 
 def _now() -> str:
@@ -54,7 +56,12 @@ class Actions:
         self._evict_refused_since: dict[str, float] = {}
         # uid -> (status, reason, write): a condition written after a bind, in the background
         self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
-        self._background_slots = asyncio.Semaphore(4)  # binds keep the API server first
+        self._background_slots = asyncio.Semaphore(4)
+        # binds in flight; while there are any, Events and conditions wait (up to a limit):
+        # on a busy API server every write of theirs would delay a bind
+        self._binding = 0
+        self._binds_idle = asyncio.Event()
+        self._binds_idle.set()
 
     async def set_status(self, pod: Pod, status: dict[str, str]) -> None:
         """Merge the status annotations; an empty value removes one."""
@@ -73,10 +80,18 @@ class Actions:
             await asyncio.wait([pending[2]])
         await self._write_condition(pod, want)
 
+    async def after_binds(self) -> None:
+        """Wait until no bind is in flight, or BACKGROUND_PATIENCE has passed."""
+        if self._binds_idle.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._binds_idle.wait(), BACKGROUND_PATIENCE)
+
     def _condition_later(self, pod: Pod, want: Condition) -> None:
         uid = pod["metadata"].get("uid", "")
 
         async def write() -> None:
+            await self.after_binds()
             async with self._background_slots:
                 try:
                     await self._write_condition(pod, want)
@@ -207,6 +222,17 @@ class Actions:
 
         Only the two calls the API requires are on the path: the condition and the Events
         follow in the background."""
+        self._binding += 1
+        self._binds_idle.clear()
+        try:
+            await self._bind(pod, job, node, slurm_node, status, message)
+        finally:
+            self._binding -= 1
+            if not self._binding:
+                self._binds_idle.set()
+
+    async def _bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
+                    status: dict[str, str], message: str) -> None:
         t_start = time.time()
         meta = pod["metadata"]
         path = pod_path(meta["namespace"], meta["name"])

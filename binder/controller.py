@@ -40,7 +40,7 @@ class Controller:
         self.settings = settings or ReconcileSettings()
         self.queue: WorkQueue[Request] = WorkQueue()
         self.node_queue: WorkQueue[str] = WorkQueue()
-        self.events = Recorder(kube)
+        self.events = Recorder(kube, turn=lambda: self.actions.after_binds())
         self.jobs = JobTracker(slurm, self._on_job,
                                comment_of=lambda job_id: self.index.comment_by_job.get(job_id))
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,

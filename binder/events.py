@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slurmgate.kube import KubeClient, KubeError
@@ -25,8 +26,10 @@ class Recorder:
     of the API calls on the RUNNING -> bound path). One Pod's Events keep their order; at most
     `concurrency` are in flight."""
 
-    def __init__(self, kube: KubeClient, concurrency: int = 8) -> None:
+    def __init__(self, kube: KubeClient, concurrency: int = 8,
+                 turn: Callable[[], Awaitable[None]] | None = None) -> None:
         self.kube = kube
+        self._turn = turn  # waits while binds are in flight: they go to the API server first
         self.instance = socket.gethostname()
         self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # uid -> recent (reason, message)
         self._slots = asyncio.Semaphore(concurrency)
@@ -67,6 +70,8 @@ class Recorder:
                     before: asyncio.Task[None] | None) -> None:
         if before is not None:  # the Pod's previous Event first
             await asyncio.wait([before])
+        if self._turn is not None:
+            await self._turn()
         async with self._slots:
             try:
                 await self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
