@@ -218,6 +218,9 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
         f"{lab.get('event')}/{lab.get('outcome')}": v - util.prom_sum(
             bm0, "slurmgate_binder_slurm_pushes_total", **lab)
         for metric, lab, v in bm1 if metric == "slurmgate_binder_slurm_pushes_total"}
+    r["reconciles_by_action"] = {
+        lab.get("action", ""): v - util.prom_sum(bm0, "slurmgate_binder_reconciles_total", **lab)
+        for metric, lab, v in bm1 if metric == "slurmgate_binder_reconciles_total"}
     r["binder_polls"] = (util.prom_sum(bm1, "slurmgate_binder_slurm_polls_total")
                          - util.prom_sum(bm0, "slurmgate_binder_slurm_polls_total"))
     r["reconciles"] = (util.prom_sum(bm1, "slurmgate_binder_reconciles_total")

@@ -78,6 +78,7 @@ def table(results: dict[str, Any]) -> str:
             o.get("makespan_s"), o.get("per_s"))
         if o.get("slurm_pushes") is not None:
             poll = o["binder_slurm_poll"]
+            lines.append(f"  reconciles {o.get('reconciles_by_action')}")
             lines.append(f"  slurmctld pushes {o['slurm_pushes']}, binder polls "
                          f"{o.get('binder_polls', 0):.0f}, poll p50/p99 "
                          f"{poll['p50_ms']}/{poll['p99_ms']} ms")

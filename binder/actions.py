@@ -57,6 +57,7 @@ class Actions:
         # uid -> (status, reason, write): a condition written after a bind, in the background
         self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
         self._background_slots = asyncio.Semaphore(4)
+        self.on_condition_failed: Callable[[str], None] = lambda key: None  # Pod key
         # binds in flight; while there are any, Events and conditions wait (up to a limit):
         # on a busy API server every write of theirs would delay a bind
         self._binding = 0
@@ -70,34 +71,28 @@ class Actions:
         await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
 
     async def set_condition(self, pod: Pod, want: Condition) -> None:
-        """The SlurmAllocated condition, through pods/status (a strategic merge keeps the
-        kubelet's and the scheduler's conditions). One Pod's writes keep their order; the same
-        condition as one being written in the background is not written twice."""
-        pending = self._condition_writes.get(pod["metadata"].get("uid", ""))
-        if pending is not None:
-            if pending[:2] == (want["status"], want.get("reason", "")):
-                return
-            await asyncio.wait([pending[2]])
-        await self._write_condition(pod, want)
-
-    async def after_binds(self) -> None:
-        """Wait until no bind is in flight, or BACKGROUND_PATIENCE has passed."""
-        if self._binds_idle.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._binds_idle.wait(), BACKGROUND_PATIENCE)
-
-    def _condition_later(self, pod: Pod, want: Condition) -> None:
+        """The SlurmAllocated condition, through pods/status, written in the background: a
+        reconcile never waits for it (a waiting Pod's condition in a burst would hold up its
+        own bind a moment later), and it waits while binds are in flight. One Pod's writes keep
+        their order; one equal to the write still pending is not made twice. A failed write
+        asks for the Pod to be reconciled again (`on_condition_failed`)."""
         uid = pod["metadata"].get("uid", "")
+        pending = self._condition_writes.get(uid)
+        if pending is not None and pending[:2] == (want["status"], want.get("reason", "")):
+            return
+        before = pending[2] if pending is not None else None
 
         async def write() -> None:
+            if before is not None:
+                await asyncio.wait([before])
             await self.after_binds()
             async with self._background_slots:
                 try:
                     await self._write_condition(pod, want)
-                except Exception as e:  # the next reconcile of the Pod writes it again
-                    log.warning("condition not written", extra=kv(pod=key_of(pod),
-                                                                 error=str(e)))
+                except Exception as e:
+                    log.warning("condition not written; will look again",
+                                extra=kv(pod=key_of(pod), error=str(e)))
+                    self.on_condition_failed(key_of(pod))
 
         task = asyncio.create_task(write())
         self._condition_writes[uid] = (want["status"], want.get("reason", ""), task)
@@ -107,6 +102,13 @@ class Actions:
                 del self._condition_writes[uid]
 
         task.add_done_callback(done)
+
+    async def after_binds(self) -> None:
+        """Wait until no bind is in flight, or BACKGROUND_PATIENCE has passed."""
+        if self._binds_idle.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._binds_idle.wait(), BACKGROUND_PATIENCE)
 
     async def flush(self) -> None:
         """Wait for the background writes (tests; a clean stop)."""
@@ -285,7 +287,7 @@ class Actions:
         await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
-        self._condition_later(pod, allocated_condition(job.job_id, slurm_node, node))
+        await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""

@@ -50,6 +50,8 @@ class Controller:
         self.index = Index(self.pods)
         self.actions = Actions(kube, slurm, self.events, self.jobs, self.pods,
                                self.settings)
+        self.actions.on_condition_failed = lambda key: self.queue.add_after(
+            self.index.request(key), 1.0)
         self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
 
