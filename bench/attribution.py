@@ -29,10 +29,14 @@ from bench.stats import lat
 # 22.05-26.05 all log these two at info; the timestamp is local time, iso8601_ms by default
 _ALLOC = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] (?:sched: Allocate|sched/backfill: _start_job: "
                     r"Started) JobId=(?P<job>\d+)")
+_SUBMITTED = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] _slurm_rpc_submit_batch_job: "
+                        r"JobId=(?P<job>\d+)")
 _RUNNING = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] prolog_running_decr: Configuration for "
                       r"JobId=(?P<job>\d+) is complete")
 
 STEPS = (  # (name, from, to)
+    ("create sent -> Slurm has the job (admission)", "sent", "submitted"),
+    ("Slurm has the job -> allocated", "submitted", "allocated"),
     ("Slurm allocated -> hook done, RUNNING", "allocated", "slurm_running"),
     ("Slurm allocated -> binder noticed", "allocated", "t_noticed"),
     ("Slurm RUNNING -> binder noticed", "slurm_running", "t_noticed"),
@@ -66,6 +70,11 @@ def slurm_allocations(ctld_log: Path, offset: int = 0,
     return out
 
 
+def slurm_submits(ctld_log: Path, offset: int = 0) -> dict[int, float]:
+    """job id -> when slurmctld accepted the job (the webhook's submit, at admission)."""
+    return slurm_allocations(ctld_log, offset, _SUBMITTED)
+
+
 def slurm_running(ctld_log: Path, offset: int = 0) -> dict[int, float]:
     """job id -> when slurmctld finished the job's PrologSlurmctld and called it RUNNING."""
     return slurm_allocations(ctld_log, offset, _RUNNING)
@@ -94,7 +103,9 @@ def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str,
 
 def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],
               running: dict[str, float],
-              slurm_running: dict[int, float] | None = None) -> dict[str, Any]:
+              slurm_running: dict[int, float] | None = None,
+              submitted: dict[int, float] | None = None,
+              sent: dict[str, float] | None = None) -> dict[str, Any]:
     """p50/p99 of every step over the Pods that have both ends of it."""
     rows: dict[str, list[float]] = {name: [] for name, _, _ in STEPS}
     for pod, doc in binds.items():
@@ -105,6 +116,10 @@ def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],
             t["allocated"] = allocated[job]
         if isinstance(job, int) and slurm_running and job in slurm_running:
             t["slurm_running"] = slurm_running[job]
+        if isinstance(job, int) and submitted and job in submitted:
+            t["submitted"] = submitted[job]
+        if sent and pod in sent:
+            t["sent"] = sent[pod]
         if pod in running:
             t["running"] = running[pod]
         for name, a, b in STEPS:

@@ -178,6 +178,7 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     ctld_log, binder_log = env.logs()
     ctld_at, binder_at = attribution.size_of(ctld_log), attribution.size_of(binder_log)
     names = [f"sg-{i}" for i in range(size)]
+    cpu0 = util.cpu_by_command()
     made = await env.create_pods(ns, names, True, f"sg-{size}", a.concurrency)
     created_names = {c.name for c in made if c.ok}
 
@@ -187,6 +188,7 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
 
     ok = await w.wait_bound(created_names, limit=max(120, 3 * size), progress=progress)
     bcpu, wcpu = util.cpu_seconds(bpid) - bcpu0, util.cpu_seconds(wpid) - wcpu0
+    cpu = util.cpu_delta(cpu0, util.cpu_by_command())
     prof_summary = prof.stop() if prof else None
     bm1 = await env.binder_metrics()
     await sampler.stop()
@@ -204,7 +206,8 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     r["attribution"] = attribution.attribute(
         attribution.slurm_allocations(ctld_log, ctld_at),
         attribution.binder_binds(binder_log, ns, binder_at), w.running_wall,
-        attribution.slurm_running(ctld_log, ctld_at))
+        attribution.slurm_running(ctld_log, ctld_at), attribution.slurm_submits(ctld_log, ctld_at),
+        {c.name: c.t_send + time.time() - time.monotonic() for c in made})
     hb = util.hist_delta(util.histogram(bm1, "slurmgate_binder_running_to_bound_seconds"),
                          util.histogram(bm0, "slurmgate_binder_running_to_bound_seconds"))
     hc = util.hist_delta(util.histogram(bm1, "slurmgate_binder_created_to_bound_seconds"),
@@ -218,6 +221,7 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
         f"{lab.get('event')}/{lab.get('outcome')}": v - util.prom_sum(
             bm0, "slurmgate_binder_slurm_pushes_total", **lab)
         for metric, lab, v in bm1 if metric == "slurmgate_binder_slurm_pushes_total"}
+    r["host_cpu_s"] = cpu  # who used the two cores while the burst ran
     r["reconciles_by_action"] = {
         lab.get("action", ""): v - util.prom_sum(bm0, "slurmgate_binder_reconciles_total", **lab)
         for metric, lab, v in bm1 if metric == "slurmgate_binder_reconciles_total"}

@@ -79,6 +79,9 @@ def table(results: dict[str, Any]) -> str:
         if o.get("slurm_pushes") is not None:
             poll = o["binder_slurm_poll"]
             lines.append(f"  reconciles {o.get('reconciles_by_action')}")
+            top = list((o.get("host_cpu_s") or {}).items())[:8]
+            lines.append("  host CPU s during the burst: "
+                         + ", ".join(f"{k} {v}" for k, v in top))
             lines.append(f"  slurmctld pushes {o['slurm_pushes']}, binder polls "
                          f"{o.get('binder_polls', 0):.0f}, poll p50/p99 "
                          f"{poll['p50_ms']}/{poll['p99_ms']} ms")

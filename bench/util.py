@@ -34,6 +34,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / CLK_TCK
 
 
+def cpu_by_command() -> dict[tuple[int, str], float]:
+    """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
+    hooks and steps count for it) of every process on the host."""
+    out: dict[tuple[int, str], float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            data = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = data[data.index("(") + 1:data.rindex(")")]
+        f = data[data.rindex(")") + 2:].split()
+        out[(int(d.name), comm)] = sum(int(x) for x in f[11:15]) / CLK_TCK
+    return out
+
+
+def cpu_delta(before: dict[tuple[int, str], float],
+              after: dict[tuple[int, str], float]) -> dict[str, float]:
+    """CPU seconds spent between two cpu_by_command() samples, by command, largest first
+    (processes that started and ended in between are not seen)."""
+    by: dict[str, float] = {}
+    was = {pid: v for (pid, _), v in before.items()}  # a kworker renames itself as it works
+    for (pid, comm), v in after.items():
+        name = comm.split("/")[0]
+        by[name] = by.get(name, 0.0) + v - was.get(pid, 0.0)
+    return {k: round(v, 2) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

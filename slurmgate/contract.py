@@ -74,6 +74,9 @@ EV_JOB_TIME_LIMIT = "SlurmJobTimeLimit"
 EV_NODE_FAILED = "SlurmNodeFailed"
 EV_JOB_REQUEUED = "SlurmJobRequeued"  # back in Slurm's queue (an admin's requeue, ...)
 EV_JOB_ENDED = "SlurmJobEnded"  # any other end
+# the job runs on other Slurm nodes than the one the Pod was bound for (a push Slurm's next
+# answer contradicts, a requeue and restart between two polls): the Pod must not stay
+EV_NODE_MISMATCH = "SlurmNodeMismatch"
 EV_EVICTED = "Evicted"
 EV_EVICTION_REFUSED = "EvictionRefused"  # a PodDisruptionBudget said no; deleted after a grace
 # Gangs

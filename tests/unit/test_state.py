@@ -222,3 +222,16 @@ def test_a_newer_job_of_the_claim_not_listed_yet_is_waited_for() -> None:
     assert decide(p, job("FAILED", ("n1",)), W).action == state.WAIT
     late = pod(A_JOB_ID="9", A_SUBMITTED_AT=str(int(NOW) - 600))  # ids restarted lower
     assert decide(late, job("PENDING"), W).action == state.STATUS
+
+
+def test_a_bound_pod_whose_job_runs_elsewhere_is_evicted() -> None:
+    # e.g. a pushed start Slurm's next answer contradicts, or a requeue and restart between
+    # two polls: the Node would run the Pod beside someone else's job
+    p = pod(False, "kwok-n1", "Running", A_SLURM_NODE="n1")
+    assert decide(p, job("RUNNING", ("n1",)), W).action != state.EVICT
+    d = decide(p, job("RUNNING", ("n2",)), W)
+    assert d.action == state.EVICT and d.reason == contract.EV_NODE_MISMATCH
+    assert "n2" in d.message and "n1" in d.message
+    # a Pod bound before the Slurm node was recorded is left alone (nothing to compare)
+    assert decide(pod(False, "kwok-n1", "Running"), job("RUNNING", ("n2",)), W).action \
+        != state.EVICT

@@ -1,0 +1,58 @@
+"""slurmctld tells the binder of starts and ends (PrologSlurmctld/EpilogSlurmctld running
+slurmgate/hooks/slurmgate-notify), on every Slurm release the local cluster runs.
+
+The local cluster's slurm.conf names the hook; the bridge points it at the binder with a fresh
+token. A Pod whose job waits behind a full cluster is bound by the push (the job is still
+CONFIGURING for Slurm while the hook runs, so no poll can have seen it RUNNING first); its end
+is pushed too; a push without the token is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cluster.bridge import Bridge
+from cluster.local import Local
+from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, squeue, wait_until
+from tests.e2e.faultkit import metric, wait_bound
+
+pytestmark = pytest.mark.e2e
+PUSHES = "slurmgate_binder_slurm_pushes_total"
+
+
+def test_a_pushed_start_binds_and_an_end_is_pushed(local: Local, admin: Kubectl, bridge: Bridge,
+                                                   ns: str) -> None:
+    # every node taken by one plain job: the Pod's job waits, and the binder knows it by id
+    filler = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "k8s",
+                       "--exclusive", f"-N{len(local.slurm.nodes)}", "--mem=1000", "-J",
+                       "filler", "--wrap", "sleep 600").strip().split(";")[0]
+    try:
+        wait_until("filler job RUNNING", lambda: any(
+            r["id"] == filler and r["state"] == "RUNNING" for r in squeue(local)), 30)
+        applied0 = metric(bridge.binder_url, PUSHES, 'outcome="applied"')
+        ended0 = metric(bridge.binder_url, PUSHES, 'event="ended"')
+        admin.apply(marked_pod("p"), "-n", ns)
+        wait_until("the Pod's job PENDING behind the filler", lambda: any(
+            f"pod={ns}/p" in r["comment"] and r["state"] == "PENDING"
+            for r in squeue(local)), 30)
+    finally:
+        slurm_cli(local, "scancel", filler)
+    wait_bound(admin, ns, "p")
+    assert metric(bridge.binder_url, PUSHES, 'outcome="applied"') >= applied0 + 1
+    # the filler's end was pushed as well (it is not ours: the binder only looked at Slurm)
+    wait_until("the filler's end pushed", lambda: metric(
+        bridge.binder_url, PUSHES, 'event="ended"') > ended0, 30)
+
+
+def test_a_push_without_the_token_is_refused(bridge: Bridge) -> None:
+    rejected0 = metric(bridge.binder_url, PUSHES, 'outcome="rejected"')
+    req = urllib.request.Request(f"{bridge.binder_url}/slurm/v1/job-events",
+                                 data=b"job=1&event=started&nodes=n1", method="POST",
+                                 headers={"Authorization": "Bearer not-the-token"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=5)
+    assert e.value.code == 401
+    assert metric(bridge.binder_url, PUSHES, 'outcome="rejected"') == rejected0 + 1

@@ -1,0 +1,220 @@
+"""The push path: slurmctld's hook -> the binder's listener -> the job tracker. What a push may
+change is bounded, and no poll answer older than a push takes a started job back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from slurmgate.binder import push
+from slurmgate.binder.jobs import JobTracker
+from slurmgate.slurm import JobInfo
+
+TOKEN = b"t" * 32
+HOOK = Path(__file__).resolve().parents[2] / "slurmgate" / "hooks" / "slurmgate-notify"
+
+
+def job(i: int, st: str, nodes: tuple[str, ...] = (), claim: str = "c") -> JobInfo:
+    return JobInfo(job_id=i, name="x", state=st, reason="Resources" if st == "PENDING" else "None",
+                   nodes=nodes, comment=f"slurmgate claim={claim} pod=ns/p", partition="k8s",
+                   submit_time=1, start_time=0, end_time=0)
+
+
+def tracker(comments: dict[int, str] | None = None) -> tuple[JobTracker, list[object]]:
+    seen: list[object] = []
+    t = JobTracker(None, lambda c, j: seen.append((c, j and j.state)),  # type: ignore[arg-type]
+                   comment_of=lambda i: (comments or {}).get(i))
+    return t, seen
+
+
+def test_a_pushed_start_of_a_known_job_binds_at_once() -> None:
+    t, seen = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    seen.clear()
+    assert t.pushed(5, "started", ("n1",)) == "applied"
+    assert t.by_claim["c"].state == "RUNNING" and t.by_claim["c"].nodes == ("n1",)
+    assert seen == [("c", "RUNNING")]
+    assert t.pushed(5, "started", ("n1",)) == "known"  # a second push changes nothing
+
+
+def test_a_poll_sent_before_the_push_does_not_take_the_job_back() -> None:
+    t, seen = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    before = time.monotonic()
+    t.pushed(5, "started", ("n1",))
+    seen.clear()
+    t._apply([job(5, "PENDING")], sent=before)  # its answer came late
+    assert t.by_claim["c"].state == "RUNNING" and seen == []
+    t._apply([], sent=before)  # sent before the job was even listed
+    assert t.by_claim["c"].state == "RUNNING" and seen == []
+
+
+def test_configuring_after_the_push_is_our_own_hook_still_running() -> None:
+    t, _ = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    t.pushed(5, "started", ("n1",))
+    t._apply([job(5, "CONFIGURING", ("n1",))], sent=time.monotonic())
+    assert t.by_claim["c"].state == "RUNNING"
+
+
+def test_a_later_poll_overrules_the_push() -> None:
+    t, seen = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    t.pushed(5, "started", ("n1",))
+    seen.clear()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())  # e.g. requeued as the hook ran
+    assert t.by_claim["c"].state == "PENDING" and seen == [("c", "PENDING")]
+    t._apply([job(5, "RUNNING", ("n2",))], sent=time.monotonic())
+    assert t.by_claim["c"].nodes == ("n2",)
+    t._apply([], sent=time.monotonic())  # gone from Slurm after the push: gone
+    assert "c" not in t.by_claim
+
+
+def test_a_start_pushed_before_its_pod_was_seen_waits_for_the_pod() -> None:
+    comments: dict[int, str] = {}
+    t, seen = tracker(comments)
+    assert t.pushed(9, "started", ("n3",)) == "polled"  # neither polled nor its Pod seen
+    assert t._wake.is_set()
+    assert "c9" not in t.by_claim
+    comments[9] = "slurmgate claim=c9 pod=ns/p9"  # the Pod reaches the watch
+    t.pod_seen(9)
+    assert t.by_claim["c9"].state == "RUNNING" and seen == [("c9", "RUNNING")]
+    t._apply([job(9, "PENDING", claim="c9")], sent=time.monotonic() - 1)  # older poll
+    assert t.by_claim["c9"].state == "RUNNING"
+
+
+def test_pushes_that_may_not_change_anything_only_wake_the_poller() -> None:
+    t, seen = tracker()
+    t._apply([job(5, "PENDING"), job(6, "RUNNING", ("n2",), claim="d")],
+             sent=time.monotonic())
+    seen.clear()
+    assert t.pushed(5, "ended", ("n1",)) == "polled"  # an end is read from Slurm, with why
+    assert t.pushed(5, "started", ()) == "ignored"  # no nodes: nothing to bind to
+    assert t.pushed(777, "started", ("n1",)) == "polled"  # not ours
+    assert seen == [] and t.by_claim["c"].state == "PENDING"
+    assert t.pushed(6, "started", ("n9",)) == "known"  # RUNNING already: the poll's nodes
+    assert t.by_claim["d"].nodes == ("n2",)
+
+
+async def _client(leading: JobTracker | None) -> TestClient[web.Request, web.Application]:
+    app = web.Application()
+    app.router.add_post(push.PATH, push.handler(TOKEN, lambda: leading))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+async def test_listener_checks_the_token_and_the_body() -> None:
+    t, _ = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    c = await _client(t)
+    try:
+        body = {"job": "5", "event": "started", "nodes": "n[1-2]"}
+        r = await c.post(push.PATH, data=body)
+        assert r.status == 401
+        r = await c.post(push.PATH, data=body, headers={"Authorization": "Bearer wrong"})
+        assert r.status == 401
+        auth = {"Authorization": "Bearer " + TOKEN.decode()}
+        for bad in ({"job": "5; rm -rf /", "event": "started"}, {"job": "5", "event": "boom"},
+                    {"job": "9" * 40, "event": "started"},
+                    {"job": "5", "event": "started", "nodes": "n[1-"}):
+            r = await c.post(push.PATH, data=bad, headers=auth)
+            assert r.status == 400, bad
+        r = await c.post(push.PATH, data="x" * (push.MAX_BODY + 1), headers=auth)
+        assert r.status == 413
+        assert t.by_claim["c"].state == "PENDING"  # none of that changed anything
+        r = await c.post(push.PATH, data=body, headers=auth)
+        assert r.status == 202 and (await r.text()).strip() == "applied"
+        assert t.by_claim["c"].nodes == ("n1", "n2")
+    finally:
+        await c.close()
+
+
+async def test_a_standby_replica_says_so() -> None:
+    c = await _client(None)
+    try:
+        r = await c.post(push.PATH, data={"job": "5", "event": "started"},
+                         headers={"Authorization": "Bearer " + TOKEN.decode()})
+        assert r.status == 503
+    finally:
+        await c.close()
+
+
+def test_token_must_not_be_trivial(tmp_path: Path) -> None:
+    f = tmp_path / "token"
+    f.write_text("short\n")
+    with pytest.raises(ValueError):
+        push.read_token(str(f))
+    f.write_text("a-long-enough-random-token\n")
+    assert push.read_token(str(f)) == b"a-long-enough-random-token"
+
+
+async def _hook_run(tmp_path: Path, env: dict[str, str], port: int,
+                    expect: int = 0) -> tuple[int, list[str]]:
+    """Run the real hook script against a listener that records what it was told; wait (with
+    a deadline) for `expect` requests: the script returns before its detached child sends."""
+    got: list[str] = []
+    enough = asyncio.Event()
+    if not expect:
+        enough.set()
+
+    async def record(request: web.Request) -> web.Response:
+        got.append(f"{request.headers.get('Authorization')} {await request.text()}")
+        if len(got) >= expect:
+            enough.set()
+        return web.Response(status=202, text="applied\n")
+
+    app = web.Application()
+    app.router.add_post(push.PATH, record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            str(tmp_path / "slurmgate-notify"), env={"PATH": os.environ["PATH"], **env})
+        rc = await asyncio.wait_for(proc.wait(), 10)
+        await asyncio.wait_for(enough.wait(), 10)
+        return rc, got
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                    reason="the hook needs bash and timeout")
+async def test_the_hook_script_tells_the_listener_and_never_fails(tmp_path: Path,
+                                                                  unused_tcp_port: int) -> None:
+    shutil.copy2(HOOK, tmp_path / "slurmgate-notify")
+    conf = tmp_path / "slurmgate"
+    # The checks run in the child; run it directly (synchronous) so that "nothing was sent"
+    # is known when it exits. Not configured: nothing sent, exit 0 (a failing PrologSlurmctld
+    # would requeue the job).
+    child = {"SLURMGATE_NOTIFY_CHILD": "1"}
+    rc, got = await _hook_run(tmp_path, {**child, "SLURM_JOB_ID": "5"}, unused_tcp_port)
+    assert rc == 0 and got == []
+    conf.mkdir()
+    (conf / "endpoint").write_text(f"127.0.0.1:{unused_tcp_port}\n")
+    (conf / "token").write_text("tok-" + "x" * 20 + "\n")
+    rc, got = await _hook_run(tmp_path, {**child, "SLURM_JOB_ID": "5 6"}, unused_tcp_port)
+    assert rc == 0 and got == []  # not a job id: nothing sent
+    rc, got = await _hook_run(tmp_path, {**child, "SLURM_JOB_ID": "5",
+                                         "SLURM_JOB_NODELIST": "n1$(id)",
+                                         "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"},
+                              unused_tcp_port)
+    assert rc == 0 and got == [f"Bearer tok-{'x' * 20} job=5&event=ended&nodes="]
+    # as slurmctld runs it: returns at once, the detached child sends
+    rc, got = await _hook_run(tmp_path, {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]",
+                                         "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"},
+                              unused_tcp_port, expect=1)
+    assert rc == 0 and got == [f"Bearer tok-{'x' * 20} job=5&event=started&nodes=n[1-2]"]
+    # the binder is down: still exit 0, quickly
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        str(tmp_path / "slurmgate-notify"), env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "5"})
+    assert await asyncio.wait_for(proc.wait(), 10) == 0 and time.monotonic() - t0 < 5
