@@ -19,6 +19,7 @@ from bench.observers import JobPoller, PodWatch, ProcSampler
 from bench.profiling import Profiler
 from bench.stats import hist_lat, lat, log, spread
 from slurmgate.kube import pod_path
+from slurmgate.slurm import RUNNING, JobSpec
 
 WEBHOOK_NAME = "pods.slurmgate.io"
 APISERVER_HIST = "apiserver_admission_webhook_admission_duration_seconds"
@@ -30,7 +31,11 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
     ns = await env.namespace("bench-adm")
     n = a.admission_pods
     out: dict[str, Any] = {}
-    for label, marked in (("unmarked", False), ("marked", True)):
+    # "marked_waiting": every node is taken by one plain job first, so the admitted Pods' jobs
+    # wait; what remains of the marked tail then is the admission path itself, not the load of
+    # their jobs starting (slurmd, hooks, binds) while the next Pods are admitted
+    for label, marked in (("unmarked", False), ("marked", True), ("marked_waiting", True)):
+        filler = await _take_every_node(env, results["nodes"]) if label.endswith("g") else None
         api0, wh0 = await env.apiserver_metrics(), await env.webhook_metrics()
         made = await env.create_pods(ns, [f"seq-{label}-{i}" for i in range(n)], marked,
                                      "adm", concurrency=1)
@@ -54,6 +59,8 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
             "webhook_unmarked_calls": util.hist_count(wh_u),
             "slurm_submit": hist_lat(sub_h),
         }
+        if filler is not None:
+            await env.cancel_jobs([filler])
         log(f"admission {label}: client p50 {out[label]['client_create']['p50_ms']} ms, "
             f"p99 {out[label]['client_create']['p99_ms']} ms, "
             f"apiserver saw {util.hist_count(api_h):.0f} webhook calls")
@@ -83,6 +90,18 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
     out["concurrency"] = a.concurrency
     results["admission"] = out
     await cleanup(env, ns)
+
+
+async def _take_every_node(env: Env, nodes: int) -> int:
+    job_id = await env.slurm.submit(JobSpec(name="bench-filler", comment="bench filler",
+                                            memory_mb=1000, cpus=1, nodes=nodes,
+                                            partition="k8s"))
+    deadline = time.monotonic() + 120
+    while (j := await env.slurm.job(job_id)) is None or j.state != RUNNING:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"filler job {job_id} not RUNNING after 120 s")
+        await asyncio.sleep(0.2)
+    return job_id
 
 
 async def cleanup(env: Env, ns: str, size: int = 0) -> None:
