@@ -35,10 +35,13 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
     # wait; what remains of the marked tail then is the admission path itself, not the load of
     # their jobs starting (slurmd, hooks, binds) while the next Pods are admitted
     for label, marked in (("unmarked", False), ("marked", True), ("marked_waiting", True)):
-        filler = await _take_every_node(env, results["nodes"]) if label.endswith("g") else None
+        filler = None
+        if label == "marked_waiting":
+            await cleanup(env, ns)  # the nodes of the marked Pods before
+            filler = await _take_every_node(env, results["nodes"])
         api0, wh0 = await env.apiserver_metrics(), await env.webhook_metrics()
-        made = await env.create_pods(ns, [f"seq-{label}-{i}" for i in range(n)], marked,
-                                     "adm", concurrency=1)
+        made = await env.create_pods(ns, [f"seq-{label.replace('_', '-')}-{i}"
+                                          for i in range(n)], marked, "adm", concurrency=1)
         await asyncio.sleep(0.5)
         api1, wh1 = await env.apiserver_metrics(), await env.webhook_metrics()
         api_h = util.hist_delta(util.histogram(api1, APISERVER_HIST, name=WEBHOOK_NAME),
@@ -53,6 +56,7 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
         out[label] = {
             "client_create": lat([c.t_done - c.t_send for c in made if c.ok]),
             "errors": sum(not c.ok for c in made),
+            "error_samples": sorted({c.error for c in made if not c.ok})[:3],
             "apiserver_webhook_calls": util.hist_count(api_h),
             "apiserver_webhook": hist_lat(api_h),
             "webhook_marked": hist_lat(wh_h),
@@ -64,6 +68,7 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
         log(f"admission {label}: client p50 {out[label]['client_create']['p50_ms']} ms, "
             f"p99 {out[label]['client_create']['p99_ms']} ms, "
             f"apiserver saw {util.hist_count(api_h):.0f} webhook calls")
+    await cleanup(env, ns)  # the waiting jobs start once the filler is gone: not during this
     # throughput: concurrent creates through the single webhook replica
     tput: dict[str, Any] = {}
     m = max(4 * a.concurrency, n)
