@@ -52,9 +52,11 @@ class BoundWatch(threading.Thread):
             self.samples += 1
             time.sleep(0.3)
 
-    def finish(self) -> None:
+    def stop(self) -> None:
         self.stop_flag.set()
         self.join(10)
+
+    def check(self) -> None:
         assert self.samples >= 3, "BoundWatch took too few samples"
         assert not self.violations, self.violations[:10]
 
