@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench import util
 from slurmgate import contract
@@ -21,6 +22,16 @@ async def cancel_task(task: asyncio.Task[None] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def wait_keys(want: set[Any], have: Mapping[Any, Any], limit: float) -> bool:
+    """Until every key of `want` is in `have` (filled by a watcher task), or `limit` s."""
+    deadline = time.monotonic() + limit
+    while len(want & have.keys()) < len(want):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
 
 
 @dataclass
@@ -87,12 +98,7 @@ class PodWatch:
             await asyncio.sleep(0.1)
 
     async def wait_running(self, names: set[str], limit: float) -> bool:
-        deadline = time.monotonic() + limit
-        while len(names & self.running_wall.keys()) < len(names):
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.1)
-        return True
+        return await wait_keys(names, self.running_wall, limit)
 
     async def quiet(self, seconds: float, limit: float) -> float:
         """Until no event for `seconds` (trailing kwok status updates done); returns the wait."""
@@ -145,12 +151,7 @@ class JobPoller:
             self.running_at[j.job_id] = now
 
     async def wait_running(self, ids: set[int], limit: float) -> bool:
-        deadline = time.monotonic() + limit
-        while len(ids & self.running_at.keys()) < len(ids):
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.1)
-        return True
+        return await wait_keys(ids, self.running_at, limit)
 
     async def stop(self) -> None:
         await cancel_task(self._task)

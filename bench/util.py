@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from cluster import proc
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -37,18 +39,8 @@ def cpu_seconds(pid: int) -> float:
 def cpu_by_command() -> dict[tuple[int, str], float]:
     """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
     hooks and steps count for it) of every process on the host."""
-    out: dict[tuple[int, str], float] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            data = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm = data[data.index("(") + 1:data.rindex(")")]
-        f = data[data.rindex(")") + 2:].split()
-        out[(int(d.name), comm)] = sum(int(x) for x in f[11:15]) / CLK_TCK
-    return out
+    return {(pid, comm): sum(int(x) for x in f[11:15]) / CLK_TCK
+            for pid, (comm, f) in proc.proc_stats().items()}
 
 
 def cpu_delta(before: dict[tuple[int, str], float],

@@ -170,9 +170,10 @@ def write_private(path: Path, data: bytes, mode: int) -> None:
     path.chmod(mode)
 
 
-def all_procs() -> dict[int, int]:
-    """pid -> ppid for every process."""
-    out: dict[int, int] = {}
+def proc_stats() -> dict[int, tuple[str, list[str]]]:
+    """pid -> (command, the fields of /proc/pid/stat after it, from `state` on) for every
+    process (the command may hold spaces and parentheses: it is cut at the last ')')."""
+    out: dict[int, tuple[str, list[str]]] = {}
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
@@ -180,9 +181,14 @@ def all_procs() -> dict[int, int]:
             data = (p / "stat").read_text()
         except OSError:
             continue
-        rest = data[data.rindex(")") + 2 :].split()
-        out[int(p.name)] = int(rest[1])
+        out[int(p.name)] = (data[data.index("(") + 1 : data.rindex(")")],
+                            data[data.rindex(")") + 2 :].split())
     return out
+
+
+def all_procs() -> dict[int, int]:
+    """pid -> ppid for every process."""
+    return {pid: int(rest[1]) for pid, (_, rest) in proc_stats().items()}
 
 
 def environ(pid: int) -> dict[str, str]:
