@@ -98,19 +98,27 @@ class JobTracker:
         """slurmctld says job `job_id` started on `nodes` (or ended). A start of a job of ours
         (known from a poll, or from its Pod's annotation when it started before any poll saw
         it) is taken at its word: the push is authenticated, and the next polls confirm or
-        overrule it. Anything else only makes the poller look now. Returns what was done."""
-        if event != "started" or not nodes:
-            self.wake()
-            return "polled" if event == "ended" else "ignored"
+        overrule it. The end of a job of ours makes the poller look now (the end's reason is
+        Slurm's to tell). Every other job of the cluster changes nothing: on a busy site most
+        pushes are about them, and each could otherwise cost slurmctld a full job list.
+        Returns what was done, for the metric."""
         claim = self._claim_of.get(job_id)
         have = self.by_claim.get(claim) if claim else None
-        if have is None or have.job_id != job_id:
+        if have is not None and have.job_id != job_id:
+            have = None  # the claim moved on to a newer job
+        if event != "started":
+            if have is None and self.comment_of(job_id) is None:
+                return "ignored"
+            self.wake()
+            return "polled"
+        if not nodes:
+            return "ignored"
+        if have is None:
             comment = self.comment_of(job_id)
             claim = contract.claim_from_comment(comment)
-            if claim is None:
+            if claim is None:  # not ours, or its Pod has not reached our watch yet
                 self._remember_early(job_id, nodes)
-                self.wake()
-                return "polled"  # not ours, or a Pod we have not seen yet
+                return "early"
             have = JobInfo(job_id=job_id, name="", state="PENDING", reason="", nodes=(),
                            comment=comment, partition="", submit_time=int(time.time()),
                            start_time=0, end_time=0)

@@ -44,7 +44,7 @@ NODE_ACTIONS = Counter("slurmgate_binder_node_actions_total", "Slurm node drains
                        ["action"], registry=REGISTRY)
 SLURM_PUSHES = Counter("slurmgate_binder_slurm_pushes_total",
                        "Job starts/ends pushed by slurmctld's hook, by what the binder did: "
-                       "applied (bound at once), applied_late (once its Pod was seen), known "
-                       "(a poll was first), polled (looked now), ignored, rejected (bad token "
-                       "or body)",
+                       "applied (bound at once), early (a start no Pod names yet), applied_late "
+                       "(once its Pod was seen), known (a poll was first), polled (an end of "
+                       "ours: looked now), ignored (not ours), rejected (bad token or body)",
                        ["event", "outcome"], registry=REGISTRY)

@@ -3,8 +3,8 @@ slurmgate/hooks/slurmgate-notify), on every Slurm release the local cluster runs
 
 The local cluster's slurm.conf names the hook; the bridge points it at the binder with a fresh
 token. A Pod whose job waits behind a full cluster is bound by the push (the job is still
-CONFIGURING for Slurm while the hook runs, so no poll can have seen it RUNNING first); its end
-is pushed too; a push without the token is refused and changes nothing.
+CONFIGURING for Slurm while the hook runs, so no poll can have seen it RUNNING first); ends are
+pushed too; a push without the token is refused and changes nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_a_pushed_start_binds_and_an_end_is_pushed(local: Local, admin: Kubectl,
         slurm_cli(local, "scancel", filler)
     wait_bound(admin, ns, "p")
     assert metric(bridge.binder_url, PUSHES, 'outcome="applied"') >= applied0 + 1
-    # the filler's end was pushed as well (it is not ours: the binder only looked at Slurm)
+    # the filler's end was pushed as well (not ours: counted, and nothing else)
     wait_until("the filler's end pushed", lambda: metric(
         bridge.binder_url, PUSHES, 'event="ended"') > ended0, 30)
 

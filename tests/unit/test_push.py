@@ -80,8 +80,8 @@ def test_a_later_poll_overrules_the_push() -> None:
 def test_a_start_pushed_before_its_pod_was_seen_waits_for_the_pod() -> None:
     comments: dict[int, str] = {}
     t, seen = tracker(comments)
-    assert t.pushed(9, "started", ("n3",)) == "polled"  # neither polled nor its Pod seen
-    assert t._wake.is_set()
+    assert t.pushed(9, "started", ("n3",)) == "early"  # neither polled nor its Pod seen
+    assert not t._wake.is_set()  # it may not be ours at all: no poll for it
     assert "c9" not in t.by_claim
     comments[9] = "slurmgate claim=c9 pod=ns/p9"  # the Pod reaches the watch
     t.pod_seen(9)
@@ -90,14 +90,18 @@ def test_a_start_pushed_before_its_pod_was_seen_waits_for_the_pod() -> None:
     assert t.by_claim["c9"].state == "RUNNING"
 
 
-def test_pushes_that_may_not_change_anything_only_wake_the_poller() -> None:
+def test_pushes_that_may_not_change_anything() -> None:
     t, seen = tracker()
     t._apply([job(5, "PENDING"), job(6, "RUNNING", ("n2",), claim="d")],
              sent=time.monotonic())
     seen.clear()
-    assert t.pushed(5, "ended", ("n1",)) == "polled"  # an end is read from Slurm, with why
+    # the end of another job of the cluster (most pushes on a busy site): not even a poll
+    assert t.pushed(777, "ended", ()) == "ignored" and not t._wake.is_set()
     assert t.pushed(5, "started", ()) == "ignored"  # no nodes: nothing to bind to
-    assert t.pushed(777, "started", ("n1",)) == "polled"  # not ours
+    assert t.pushed(777, "started", ("n1",)) == "early"  # not ours (as far as we know)
+    assert not t._wake.is_set()
+    assert t.pushed(5, "ended", ("n1",)) == "polled"  # ours: its end is read from Slurm
+    assert t._wake.is_set()
     assert seen == [] and t.by_claim["c"].state == "PENDING"
     assert t.pushed(6, "started", ("n9",)) == "known"  # RUNNING already: the poll's nodes
     assert t.by_claim["d"].nodes == ("n2",)
