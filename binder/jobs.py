@@ -82,6 +82,10 @@ class JobTracker:
         # job id -> (nodes, when) of a pushed start that named no job or Pod we knew yet: the
         # job was allocated as it was submitted, before the Pod reached our watch
         self._early: dict[int, tuple[tuple[str, ...], float]] = {}
+        # job id -> the claim it ran for: a controller that lost its state reuses job ids, and
+        # slurmd then refuses the reused id ("Job credential revoked") a moment after the
+        # start. A push about such an id is left to the polls, which see the failure first.
+        self._ran_for: dict[int, str] = {}
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -125,6 +129,9 @@ class JobTracker:
         elif have.state not in WAITING_STATES:
             return "known"  # a poll was quicker
         assert claim is not None
+        if self._ran_for.setdefault(job_id, claim) != claim:
+            self.wake()
+            return "reused"
         now = time.monotonic()
         job = dataclasses.replace(have, state=RUNNING, reason="None", nodes=nodes,
                                   state_flags=frozenset({RUNNING}))
@@ -199,6 +206,10 @@ class JobTracker:
         answered = time.time()
         changed = 0
         for claim, j in fresh.items():
+            if j.state == RUNNING and self._ran_for.setdefault(j.job_id, claim) != claim:
+                self._ran_for[j.job_id] = claim  # the id was reused: a new start
+                self.seen_running_at.pop(j.job_id, None)
+                self.noticed_wall.pop(j.job_id, None)
             if j.state == RUNNING and j.job_id not in self.seen_running_at:
                 self.seen_running_at[j.job_id] = now
                 self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
@@ -213,6 +224,7 @@ class JobTracker:
             live = {j.job_id for j in fresh.values()}
             self.seen_running_at = {k: v for k, v in self.seen_running_at.items() if k in live}
             self.noticed_wall = {k: v for k, v in self.noticed_wall.items() if k in live}
+            self._ran_for = {k: v for k, v in self._ran_for.items() if k in live}
         if changed:
             self.busy_until = now + 5.0
         metrics.JOB_CHANGES.inc(changed)

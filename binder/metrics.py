@@ -46,5 +46,6 @@ SLURM_PUSHES = Counter("slurmgate_binder_slurm_pushes_total",
                        "Job starts/ends pushed by slurmctld's hook, by what the binder did: "
                        "applied (bound at once), early (a start no Pod names yet), applied_late "
                        "(once its Pod was seen), known (a poll was first), polled (an end of "
-                       "ours: looked now), ignored (not ours), rejected (bad token or body)",
+                       "ours: looked now), reused (an id another claim ran under: left to the "
+                       "polls), ignored (not ours), rejected (bad token or body)",
                        ["event", "outcome"], registry=REGISTRY)

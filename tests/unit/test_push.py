@@ -222,3 +222,16 @@ async def test_the_hook_script_tells_the_listener_and_never_fails(tmp_path: Path
     proc = await asyncio.create_subprocess_exec(
         str(tmp_path / "slurmgate-notify"), env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "5"})
     assert await asyncio.wait_for(proc.wait(), 10) == 0 and time.monotonic() - t0 < 5
+
+
+def test_a_reused_job_id_is_left_to_the_polls() -> None:
+    # a controller that lost its state gives a new job the id of an old one; slurmd refuses
+    # it a moment later ("Job credential revoked"): binding on the push would lose the Pod
+    t, seen = tracker()
+    t._apply([job(68, "RUNNING", ("n1",), claim="old")], sent=time.monotonic())
+    t._apply([job(68, "PENDING", claim="new")], sent=time.monotonic())
+    seen.clear()
+    assert t.pushed(68, "started", ("n1",)) == "reused" and t._wake.is_set()
+    assert t.by_claim["new"].state == "PENDING" and seen == []
+    t._apply([job(68, "RUNNING", ("n1",), claim="new")], sent=time.monotonic())
+    assert t.by_claim["new"].state == "RUNNING"  # the polls still bind it when it really runs
