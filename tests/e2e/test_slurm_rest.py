@@ -139,7 +139,13 @@ async def test_hostile_strings_reach_slurm_verbatim_and_never_the_script(
     j = await wait_for("RUNNING", lambda: job_in(client, job_id, "RUNNING"), 20)
     assert j.comment == f"slurmgate claim=e {evil}" and j.name == f"k8s:{evil}"
     script = cluster.run_dir / "spool" / j.nodes[0] / f"job{job_id:05d}" / "slurm_script"
-    data = await asyncio.to_thread(script.read_bytes)
+
+    async def written() -> bytes | None:
+        # RUNNING comes at allocation (and once PrologSlurmctld is done); slurmd writes the
+        # script when the launch reaches it, a moment later
+        return await asyncio.to_thread(lambda: script.read_bytes() if script.exists() else None)
+
+    data = await wait_for("the batch script on the node", written, 20)
     assert data == PLACEHOLDER_SCRIPT.encode()
     assert not await asyncio.to_thread(Path("/tmp/slurmgate-pwned").exists)
 
