@@ -110,11 +110,6 @@ class Actions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._binds_idle.wait(), BACKGROUND_PATIENCE)
 
-    async def flush(self) -> None:
-        """Wait for the background writes (tests; a clean stop)."""
-        while self._condition_writes:
-            await asyncio.wait([t for _, _, t in list(self._condition_writes.values())])
-
     async def _write_condition(self, pod: Pod, want: Condition) -> None:
         meta = pod["metadata"]
         have = condition(pod) or {}
