@@ -15,7 +15,8 @@ RUN_DIR ?= /tmp/slurmgate
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 PY_BOOT ?= python3
-APT_PACKAGES := munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin
+APT_PACKAGES := munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin slurmdbd \
+                mariadb-server
 PYTEST_ARGS ?=
 SLURM_VERSION ?= 26.05
 MATRIX ?= 22.05 24.11 26.05

@@ -20,11 +20,22 @@ cache_root=${SLURMGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmgate}
 roots="$cache_root/roots"
 want="$roots/$suite-slurm-$pin"
 mkdir -p "$roots"
+# A root built before slurmdbd was part of it gets it added (same pinned version as slurmctld).
+complete() {
+  local r=$1
+  [ -x "$r/usr/sbin/slurmdbd" ] && return 0
+  log "adding slurmdbd to $r"
+  local v
+  v=$(chroot "$r" dpkg-query -W -f='${Version}' slurmctld)
+  chroot "$r" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmdbd=$v \
+           && apt-get clean" >&2
+}
 # A complete root has this stamp; a build cut short leaves none and is redone.
-if [ -f "$want/.slurmgate-root" ]; then echo "$want"; exit 0; fi
+if [ -f "$want/.slurmgate-root" ]; then complete "$want"; echo "$want"; exit 0; fi
 # The pinned version vanished from the mirror once before: reuse what we fell back to then.
 if [ -f "$want.fallback" ] && [ -f "$(cat "$want.fallback")/.slurmgate-root" ]; then
-  cat "$want.fallback"; exit 0
+  complete "$(cat "$want.fallback")"; cat "$want.fallback"; exit 0
 fi
 
 if ! command -v debootstrap >/dev/null; then
@@ -52,7 +63,7 @@ chmod +x "$work/usr/sbin/policy-rc.d"
 echo 'Acquire::Check-Valid-Until "false";' > "$work/etc/apt/apt.conf.d/99novalid"
 inroot() { chroot "$work" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
 inroot apt-get update -qq >&2
-pkgs=(munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin)
+pkgs=(munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin slurmdbd)
 pinned=()
 for p in "${pkgs[@]}"; do
   case $p in munge) pinned+=("$p") ;; *) pinned+=("$p=$pin") ;; esac

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cluster import proc, slurm_release
+from cluster import proc, slurm_accounting, slurm_release
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
 from cluster.slurm_conf import slurm_conf_text
@@ -43,7 +43,8 @@ REST_USER = "slurmrest"
 HOOK = Path(__file__).resolve().parent.parent / "slurmgate" / "hooks" / "slurmgate-notify"
 DEFAULT_DIR = Path("/tmp/slurmgate-slurm")
 # The Slurm commands a user of the local cluster types; each gets a wrapper in run_dir/bin.
-CLI_TOOLS = ("squeue", "sinfo", "scontrol", "sbatch", "scancel", "srun", "sacct")
+CLI_TOOLS = ("squeue", "sinfo", "scontrol", "sbatch", "scancel", "srun", "sacct", "sacctmgr",
+             "sprio", "sshare")
 
 
 def start(
@@ -57,10 +58,13 @@ def start(
     token_lifespan: int = 86400,
     timeout: float = 60.0,
     version: str | None = None,
+    accounting: bool = True,
 ) -> SlurmCluster:
-    """Start munged, slurmctld, n_nodes slurmd and slurmrestd; return when all are ready.
+    """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
+    and slurmrestd; return when all are ready.
 
-    Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20.
+    Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20, slurmdbd base+21,
+    MariaDB base+22.
     On any failure the daemons started so far are stopped and ClusterError is raised.
     """
     run_dir = Path(run_dir).resolve()
@@ -68,7 +72,7 @@ def start(
     root = slurm_release.build_root(rel)  # before anything starts: the first build is slow
     if (run_dir / RECORD_FILE).exists():
         stop(run_dir)  # a previous cluster in the same dir: never leave two running
-    _check_ports_free(base_port, n_nodes)
+    _check_ports_free(base_port, n_nodes, accounting)
     c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
     _prepare_dirs(c)
     if not root:
@@ -81,7 +85,12 @@ def start(
         _write_cli_wrappers(c)
         _start_munged(c)
         c.save()
-        _write_config(c, rel, base_port, grace_time)
+        _write_config(c, rel, base_port, grace_time, accounting)
+        if accounting:
+            slurm_accounting.start(c, base_port, _munge_socket(c), timeout)
+            c.save()
+            slurm_accounting.register(c)
+            slurm_accounting.seed(c)
         _start_slurmctld(c, timeout)
         c.save()
         _start_slurmds(c, timeout)
@@ -110,9 +119,10 @@ def throwaway(prefix: str, base_port: int, **kw: Any) -> Iterator[SlurmCluster]:
 # ----------------------------------------------------------------- the steps of start(), in order
 
 
-def _check_ports_free(base_port: int, n_nodes: int) -> None:
+def _check_ports_free(base_port: int, n_nodes: int, accounting: bool) -> None:
     proc.check_ports_free(
         [base_port + 17, base_port + 18, base_port + 20]
+        + (list(slurm_accounting.ports(base_port)) if accounting else [])
         + [base_port + 100 + i for i in range(1, n_nodes + 1)]
     )
 
@@ -211,17 +221,21 @@ def _start_munged(c: SlurmCluster) -> None:
 
 
 def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
-                  grace_time: int) -> None:
+                  grace_time: int, accounting: bool) -> None:
     """jwt.key, slurm.conf and the release's cgroup.conf, read by slurmctld and slurmd."""
     proc.write_private(c.run_dir / "jwt.key", os.urandom(32), 0o600)
+    acct = slurm_accounting.conf_lines(base_port, _munge_socket(c)) if accounting else ""
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
-                                      base_port, _munge_socket(c), c.cluster_name, grace_time))
+                                      base_port, _munge_socket(c), c.cluster_name, grace_time,
+                                      acct))
     c.conf.chmod(0o644)
     hook_dir = c.run_dir / "hook"
     (hook_dir / "slurmgate").mkdir(parents=True, exist_ok=True)
     shutil.copy2(HOOK, hook_dir / "slurmgate-notify")  # inside the run dir: a root sees it
     if rel.cgroup_conf:
         (c.run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
+    else:  # one left by a newer release in the same run dir: 22.05 refuses its plugin name
+        (c.run_dir / "cgroup.conf").unlink(missing_ok=True)
 
 
 def _start_slurmctld(c: SlurmCluster, timeout: float) -> None:
@@ -309,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-port", type=int, default=16800)
     ap.add_argument("--grace-time", type=int, default=20)
     ap.add_argument("--version", default=None, help="22.05, 24.11 or 26.05 ($SLURM_VERSION)")
+    ap.add_argument("--no-accounting", action="store_true",
+                    help="no slurmdbd/MariaDB (AccountingStorageType=accounting_storage/none)")
     a = ap.parse_args(argv)
     if a.action == "down":
         stop(a.dir)
@@ -321,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         c = start(a.dir, a.nodes, a.cpus, a.memory_mb, a.base_port, grace_time=a.grace_time,
-                  version=a.version)
+                  version=a.version, accounting=not a.no_accounting)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -15,8 +15,12 @@ def slurm_conf_text(
     munge_socket: Path,
     cluster_name: str,
     grace_time: int,
+    accounting: str = "",
 ) -> str:
+    """`accounting`: slurm.conf lines for slurmdbd (cluster/slurm_accounting.py); empty for a
+    cluster without accounting."""
     d = run_dir
+    acct = (accounting or "AccountingStorageType=accounting_storage/none").rstrip()
     node_lines = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={base_port + 100 + i} "
         f"CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
@@ -51,7 +55,7 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 MailProg=/bin/true
 JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
+{acct}
 # Fast scheduling for tests.
 SchedulerParameters=bf_interval=1
 KillWait=5

@@ -57,7 +57,9 @@ def _pids_from_pid_files(run_dir: Path) -> dict[str, int]:
     (a start that failed or was killed)."""
     pids: dict[str, int] = {}
     for name, pf in [("munged", run_dir / "munge" / "munged.pid"),
-                     ("slurmctld", run_dir / "run" / "ctld.pid")]:
+                     ("slurmctld", run_dir / "run" / "ctld.pid"),
+                     ("slurmdbd", run_dir / "run" / "slurmdbd.pid"),
+                     ("mariadb", run_dir / "db" / "mariadb.pid")]:
         pid = proc.read_pid(pf)
         if pid is not None:
             pids[name] = pid

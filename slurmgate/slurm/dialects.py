@@ -277,6 +277,8 @@ def submit_body(d: Dialect, spec: JobSpec) -> dict[str, Any]:
         "tasks": spec.nodes,
         "requeue": False,
         "current_working_directory": placeholder.CWD,
+        "standard_output": placeholder.OUTPUT,
+        "standard_error": placeholder.OUTPUT,
         "memory_per_node": _number(d, spec.memory_mb),
     }
     if placeholder.EXCLUSIVE:

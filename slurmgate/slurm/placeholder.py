@@ -23,6 +23,9 @@ SCRIPT = (
 )
 PATH = "/usr/local/bin:/usr/bin:/bin"
 CWD = "/tmp"
+# The placeholder prints nothing; without this Slurm opens /tmp/slurm-<id>.out on the node as
+# the job's user, which fails (and fails the launch) when another user's old file has that name.
+OUTPUT = "/dev/null"
 ENVIRONMENT = {"PATH": PATH}
 # Whole nodes, always: a Node runs either a Slurm job or a Pod, never both.
 EXCLUSIVE = True

@@ -37,7 +37,7 @@ ALLOWED_JOB_KEYS = {
     "name", "comment", "minimum_cpus_per_node", "tasks", "requeue", "current_working_directory",
     "script", "shared", "minimum_nodes", "maximum_nodes", "memory_per_node", "environment",
     "tres_per_node", "time_limit", "exclusive", "nodes", "gres", "partition", "qos", "account",
-    "constraints", "nice",
+    "constraints", "nice", "standard_output", "standard_error",
 }
 
 PAYLOADS = [
