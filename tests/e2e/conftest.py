@@ -138,19 +138,23 @@ def ns(admin: Kubectl, local: local_mod.Local) -> Iterator[str]:
         admin.run("delete", "namespace", name, "--wait=false", check=False)
         admin.run("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
                   check=False)
-        # Slurm empty again before the next test: the binder cancels jobs of deleted Pods;
-        # anything left (e.g. a test that stopped the binder) is cancelled here.
-        try:
-            wait_until("Slurm queue empty", lambda: not [
-                r for r in squeue(local) if r["state"] not in ("COMPLETING",)], 20)
-        except AssertionError:
-            ids = [r["id"] for r in squeue(local)]
-            if ids:
-                slurm_cli(local, "scancel", "--signal=KILL", *ids)
-        wait_until("Slurm nodes idle", lambda: all(
-            s.split()[1] in ("idle", "drain", "drng")
-            for s in slurm_cli(local, "sinfo", "-h", "-N", "-p", "k8s", "-o", "%N %t")
-            .splitlines()), 60)
+        slurm_idle(local)
+
+
+def slurm_idle(local: local_mod.Local) -> None:
+    """Slurm empty again before the next test: the binder cancels jobs of deleted Pods;
+    anything left (e.g. a test that stopped the binder) is cancelled here."""
+    try:
+        wait_until("Slurm queue empty", lambda: not [
+            r for r in squeue(local) if r["state"] not in ("COMPLETING",)], 20)
+    except AssertionError:
+        ids = [r["id"] for r in squeue(local)]
+        if ids:
+            slurm_cli(local, "scancel", "--signal=KILL", *ids)
+    wait_until("Slurm nodes idle", lambda: all(
+        s.split()[1] in ("idle", "drain", "drng")
+        for s in slurm_cli(local, "sinfo", "-h", "-N", "-p", "k8s", "-o", "%N %t")
+        .splitlines()), 60)
 
 
 def marked_pod(name: str, memory: str = "1Gi", annotations: dict[str, str] | None = None,
