@@ -214,6 +214,11 @@ def parse(text: str) -> Policy:
 # ----------------------------------------------------------------------------- decisions
 
 
+def _q(name: str) -> str:
+    """Quoted as the user wrote it (names are validated: nothing to escape)."""
+    return f'"{name}"'
+
+
 def _allowed(names: frozenset[str] | tuple[str, ...]) -> str:
     return ", ".join(sorted(names)) or "none"
 
@@ -224,18 +229,18 @@ def admit(policy: Policy, namespace: str, req: PodRequest) -> PodRequest:
     tenant = policy.resolve(namespace)
     if tenant is None:
         raise TenancyDenied(NAMESPACE_NOT_IN_TENANCY,
-                            f"namespace {namespace!r} belongs to no tenant of the tenancy "
+                            f"namespace {_q(namespace)} belongs to no tenant of the tenancy "
                             "policy and the default is deny: it may not run Pods on Slurm")
     account = req.account
     if account is None:
         account = tenant.account
     elif account not in tenant.accounts:
         raise TenancyDenied(ACCOUNT_NOT_ALLOWED,
-                            f"namespace {namespace!r} may not use account {account!r} "
+                            f"namespace {_q(namespace)} may not use account {_q(account)} "
                             f"({contract.A_ACCOUNT}); allowed: {_allowed(tenant.accounts)}")
     if req.qos is not None and req.qos not in tenant.qos:
         raise TenancyDenied(QOS_NOT_ALLOWED,
-                            f"namespace {namespace!r} may not use QOS {req.qos!r} "
+                            f"namespace {_q(namespace)} may not use QOS {_q(req.qos)} "
                             f"({contract.A_QOS}); allowed: {_allowed(tenant.qos)}")
     partition = req.partition
     if tenant.partitions is not None:
@@ -243,7 +248,7 @@ def admit(policy: Policy, namespace: str, req: PodRequest) -> PodRequest:
             partition = tenant.partitions[0]
         elif partition not in tenant.partitions:
             raise TenancyDenied(PARTITION_NOT_ALLOWED,
-                                f"namespace {namespace!r} may not use partition {partition!r} "
+                                f"namespace {_q(namespace)} may not use partition {_q(partition)} "
                                 f"({contract.A_PARTITION}, or the webhook's "
                                 f"DEFAULT_PARTITION); allowed: {_allowed(tenant.partitions)}")
     return dataclasses.replace(req, user=tenant.user, account=account, partition=partition)
