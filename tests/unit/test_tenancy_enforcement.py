@@ -227,3 +227,30 @@ async def test_binder_gang_refused_now_is_told_and_requeued() -> None:
     assert slurm.specs == []
     assert sorted((n, r) for n, r, _, _ in events.sent) == [
         ("m0", "NamespaceNotInTenancy"), ("m1", "NamespaceNotInTenancy")]
+
+
+async def test_binder_leader_not_ready_while_the_policy_loads() -> None:
+    from types import SimpleNamespace
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from slurmgate.binder.__main__ import health_app
+    from slurmgate.config import ObjectRef
+    from slurmgate.tenancy_source import PolicySource
+
+    synced = asyncio.Event()
+    synced.set()
+    binder = SimpleNamespace(pods=SimpleNamespace(synced=synced),
+                             jobs=SimpleNamespace(synced=synced))
+    elector = SimpleNamespace(is_leader=True)
+    source = PolicySource(None, ObjectRef("ns", "cm"))  # type: ignore[arg-type]
+    app = health_app(binder, elector, None, source)  # type: ignore[arg-type]
+    async with TestClient(TestServer(app)) as c:
+        r = await c.get("/readyz")
+        assert r.status == 503 and "tenancy" in await r.text()
+        elector.is_leader = False  # a standby is ready regardless
+        assert (await c.get("/readyz")).status == 200
+        elector.is_leader = True
+        await source.apply({"data": {tenancy.POLICY_KEY: "tenants: []"}})
+        assert source.state.status == tenancy.READY
+        assert (await c.get("/readyz")).status == 200
