@@ -20,12 +20,14 @@ from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
+from slurmgate.tenancy import LOADING
+from slurmgate.tenancy_source import PolicySource, report_to
 
 log = logging.getLogger("slurmgate.binder")
 
 
-def health_app(binder: Controller, elector: LeaderElector,
-               push_token: bytes | None = None) -> web.Application:
+def health_app(binder: Controller, elector: LeaderElector, push_token: bytes | None = None,
+               policy: PolicySource | None = None) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -34,6 +36,8 @@ def health_app(binder: Controller, elector: LeaderElector,
         # once its caches are synced.
         if elector.is_leader and not (binder.pods.synced.is_set() and binder.jobs.synced.is_set()):
             return web.Response(text="leader, caches not synced", status=503)
+        if elector.is_leader and policy is not None and policy.state.status == LOADING:
+            return web.Response(text="leader, tenancy policy not loaded", status=503)
         return web.Response(text="ok leader" if elector.is_leader else "ok standby")
 
     async def prom(_: web.Request) -> web.Response:
@@ -54,7 +58,10 @@ async def run(cfg: BinderConfig) -> int:
     s, lease = cfg.slurm, cfg.lease
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
-    binder = Controller(kube, slurm, cfg.reconcile)
+    policy = PolicySource(kube, cfg.tenancy_configmap,
+                          on_state=report_to(metrics.TENANCY_STATE, metrics.TENANCY_RELOADS),
+                          on_error=lambda e: metrics.TENANCY_ERRORS.inc())
+    binder = Controller(kube, slurm, cfg.reconcile, policy.current)
     elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
                             renew_seconds=lease.renew_seconds, identity=lease.identity)
     try:
@@ -62,7 +69,7 @@ async def run(cfg: BinderConfig) -> int:
     except (OSError, ValueError) as e:
         log.error("cannot read the push token (SLURM_PUSH_TOKEN_FILE)", extra=kv(error=str(e)))
         return 2
-    runner = web.AppRunner(health_app(binder, elector, token), access_log=None)
+    runner = web.AppRunner(health_app(binder, elector, token, policy), access_log=None)
     await runner.setup()
     host, _, port = cfg.health_listen.rpartition(":")
     await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
@@ -84,7 +91,10 @@ async def run(cfg: BinderConfig) -> int:
             if t.exception():
                 raise t.exception()  # type: ignore[misc]
 
-    log.info("binder starting", extra=kv(identity=elector.identity, slurmrestd=s.url))
+    log.info("binder starting", extra=kv(identity=elector.identity, slurmrestd=s.url,
+                                         tenancy=str(cfg.tenancy_configmap or "off")))
+    # standbys keep the policy current too: a new leader submits at once
+    watching = asyncio.create_task(policy.run())
     leading = asyncio.create_task(lead())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -94,6 +104,7 @@ async def run(cfg: BinderConfig) -> int:
         code = 1
     leading.cancel()
     stopping.cancel()
+    watching.cancel()
     metrics.LEADER.set(0)
     await runner.cleanup()
     await slurm.close()

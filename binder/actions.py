@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from slurmgate import contract, faults, podrequest
+from slurmgate import contract, faults, podrequest, tenancy
 from slurmgate.binder import metrics
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.events import Recorder
@@ -35,6 +35,8 @@ from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.actions")
 BACKGROUND_PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish
+# A Pod the tenancy policy refuses now is looked at again after this (the policy may change)
+TENANCY_RETRY = 30.0
 
 
 def _now() -> str:
@@ -46,8 +48,13 @@ UnclaimedJobs = Callable[[], list[JobInfo]]
 
 class Actions:
     def __init__(self, kube: KubeClient, slurm: SlurmClient, events: Recorder, jobs: JobTracker,
-                 pods: Informer, settings: ReconcileSettings) -> None:
+                 pods: Informer, settings: ReconcileSettings,
+                 policy: Callable[[], tenancy.PolicyState] = lambda: tenancy.STATE_DISABLED
+                 ) -> None:
         self.kube = kube
+        # the tenancy policy now: the user and account of every job come from it, never from
+        # the Pod (its annotations name an account at most, which the policy checks)
+        self.policy = policy
         self.slurm = slurm
         self.events = events
         self.jobs = jobs
@@ -140,21 +147,39 @@ class Actions:
         return [podrequest.from_pod(p, self.settings.default_memory,
                                     self.settings.default_partition) for p in pods]
 
-    async def submit_pod(self, pod: Pod) -> None:
-        """A single Pod's job, under the claim the webhook gave it."""
+    async def _tenant(self, namespace: str, r: podrequest.PodRequest,
+                      pods: list[Pod]) -> podrequest.PodRequest | None:
+        """`r` as the tenancy policy lets it run (user set, account defaulted), or None after
+        telling the Pods why not: the policy may have changed since admission."""
+        try:
+            return tenancy.check(self.policy(), namespace, r)
+        except tenancy.TenancyDenied as e:
+            metrics.TENANCY_DENIED.labels(e.reason).inc()
+            log.warning("tenancy policy refuses the submit; will look again",
+                        extra=kv(namespace=namespace, reason=e.reason, error=e.message))
+            await asyncio.gather(*(self.events.emit(p, e.reason, e.message, warning=True)
+                                   for p in pods))
+            return None
+
+    async def submit_pod(self, pod: Pod) -> float | None:
+        """A single Pod's job, under the claim the webhook gave it. Returns when to look
+        again if it cannot be submitted now (the tenancy policy refuses it), else None."""
         meta = pod["metadata"]
         claim = (meta.get("annotations") or {}).get(contract.A_CLAIM)
         if not claim:
             await self.events.emit(pod, contract.EV_MISSING_CLAIM, f"Pod has no "
                                    f"{contract.A_CLAIM} annotation (not admitted by the "
                                    "webhook?)", warning=True)
-            return
+            return None
         try:
             (r,) = self._request([pod])
         except podrequest.PodRequestError as e:
             await self.events.emit(pod, contract.EV_INVALID_REQUEST, str(e), warning=True)
-            return
-        spec = job_spec(r, claim, meta["namespace"], pod_display_name(meta))
+            return None
+        allowed = await self._tenant(meta["namespace"], r, [pod])
+        if allowed is None:
+            return TENANCY_RETRY
+        spec = job_spec(allowed, claim, meta["namespace"], pod_display_name(meta))
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
@@ -166,20 +191,23 @@ class Actions:
                                     contract.A_SUBMITTED_AT: str(int(time.time()))})
         self.jobs.kick()
         await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
-                               f"submitted placeholder job {job_id}")
+                               f"submitted placeholder job {job_id}"
+                               + (f" as Slurm user {spec.user}" if spec.user else ""))
+        return None
 
     async def submit_group(self, gkey: str, members: list[Pod],
-                           unclaimed: UnclaimedJobs) -> None:
-        """One job with --nodes=len(members) for a complete gang, members in rank order."""
+                           unclaimed: UnclaimedJobs) -> float | None:
+        """One job with --nodes=len(members) for a complete gang, members in rank order.
+        Returns when to look again if the tenancy policy refuses it now, else None."""
         if not self.jobs.synced.is_set():
-            return  # never submit blind: a job of ours may already exist
+            return None  # never submit blind: a job of ours may already exist
         ns, group = gkey.split("/", 1)
         try:
             reqs = self._request(members)
         except podrequest.PodRequestError as e:
             await asyncio.gather(*(self.events.emit(p, contract.EV_INVALID_REQUEST, str(e),
                                                     warning=True) for p in members))
-            return
+            return None
         # One node per member; each node sized for the largest member.
         r = dataclasses.replace(reqs[0], memory_mib=max(x.memory_mib for x in reqs),
                                 cpus=max(x.cpus for x in reqs), gpus=max(x.gpus for x in reqs))
@@ -191,8 +219,12 @@ class Actions:
             claim = contract.claim_from_comment(adopted.comment) or ""
             job_id = adopted.job_id
         else:
+            # every member is in `ns`; the job carries the first member's options (as before)
+            allowed = await self._tenant(ns, r, members)
+            if allowed is None:
+                return TENANCY_RETRY
             claim = uuid.uuid4().hex
-            spec = dataclasses.replace(job_spec(r, claim, ns, f"group:{group}"),
+            spec = dataclasses.replace(job_spec(allowed, claim, ns, f"group:{group}"),
                                        nodes=len(members),
                                        comment=contract.group_comment(claim, ns, group))
             try:
@@ -212,6 +244,7 @@ class Actions:
             f"{'adopted' if adopted else 'submitted'} job {job_id} for {len(members)} nodes; "
             f"this member is rank {rank}") for rank, p in enumerate(members)))
         log.info("group job submitted", extra=kv(group=gkey, job=job_id, nodes=len(members)))
+        return None
 
     async def bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
                    status: dict[str, str], message: str) -> None:

@@ -6,7 +6,15 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from slurmgate.config import Env, SlurmSettings, env_float, env_int, env_optional
+from slurmgate.config import (
+    Env,
+    ObjectRef,
+    SlurmSettings,
+    env_float,
+    env_int,
+    env_optional,
+    tenancy_configmap,
+)
 
 # Renewed every third of its duration, so this floor keeps renewals at most once a second.
 MIN_LEASE_SECONDS = 3
@@ -49,6 +57,8 @@ class BinderConfig:
     push_token_file: str | None = None
     kubeconfig: str | None = None
     log_level: str = "INFO"
+    # the tenancy policy's ConfigMap (TENANCY_CONFIGMAP); None: tenancy off
+    tenancy_configmap: ObjectRef | None = None
 
 
 def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
@@ -64,6 +74,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
     orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
     evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
     group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
+    tenancy = tenancy_configmap(env)
 
     ap = argparse.ArgumentParser(prog="slurmgate-binder")
     ap.add_argument("--health-listen", default=env.get("BINDER_HEALTH_LISTEN", d.health_listen))
@@ -96,4 +107,5 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
         push_token_file=env_optional(env, "SLURM_PUSH_TOKEN_FILE"),
         kubeconfig=a.kubeconfig,
         log_level=a.log_level,
+        tenancy_configmap=tenancy,
     )

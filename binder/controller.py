@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from slurmgate import contract
-from slurmgate.binder import decide, metrics
+from slurmgate import contract, tenancy
+from slurmgate.binder import actions, decide, metrics
 from slurmgate.binder.actions import Actions
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.decide import Decision, Unit, World
@@ -36,7 +37,9 @@ ANNOUNCED_MAX = 100_000
 
 class Controller:
     def __init__(self, kube: KubeClient, slurm: SlurmClient,
-                 settings: ReconcileSettings | None = None) -> None:
+                 settings: ReconcileSettings | None = None,
+                 policy: Callable[[], tenancy.PolicyState] = lambda: tenancy.STATE_DISABLED
+                 ) -> None:
         self.settings = settings or ReconcileSettings()
         self.queue: WorkQueue[Request] = WorkQueue()
         self.node_queue: WorkQueue[str] = WorkQueue()
@@ -49,7 +52,7 @@ class Controller:
                               label_selector=contract.NODE_LABEL)
         self.index = Index(self.pods)
         self.actions = Actions(kube, slurm, self.events, self.jobs, self.pods,
-                               self.settings)
+                               self.settings, policy)
         self.actions.on_condition_failed = lambda key: self.queue.add_after(
             self.index.request(key), 1.0)
         self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
@@ -144,16 +147,20 @@ class Controller:
                                                  nodes=[b.node for b in d.binds]))
         elif d.action == decide.SUBMIT:
             if unit.gang:
-                await act.submit_group(req.key, list(d.members),
-                                       lambda: list(self.index.unclaimed(self.jobs.by_claim)))
+                again = await act.submit_group(
+                    req.key, list(d.members),
+                    lambda: list(self.index.unclaimed(self.jobs.by_claim)))
             else:
-                await act.submit_pod(d.members[0])
+                again = await act.submit_pod(d.members[0])
+            if again is not None:  # the tenancy policy refuses it now; it may change
+                self.queue.add_after(req, again)
         elif d.action == decide.RESUBMIT:
             if d.cancel is not None:
                 await act.cancel(d.cancel, "resubmit")
             for p in d.members:
                 await self.events.emit(p, d.reason, d.message, warning=True)
-                await act.submit_pod(p)
+                if await act.submit_pod(p) is not None:  # refused by the tenancy policy
+                    self.queue.add_after(req, actions.TENANCY_RETRY)
         else:  # EVICT, CANCEL, RELEASE: let go of Nodes and jobs
             await self._release(req, unit, d)
 

@@ -49,3 +49,15 @@ SLURM_PUSHES = Counter("slurmgate_binder_slurm_pushes_total",
                        "ours: looked now), reused (an id another claim ran under: left to the "
                        "polls), ignored (not ours), rejected (bad token or body)",
                        ["event", "outcome"], registry=REGISTRY)
+TENANCY_STATE = Gauge("slurmgate_binder_tenancy_policy_state",
+                      "1 for the tenancy policy's current state (disabled, loading, ready, "
+                      "missing, invalid)", ["state"], registry=REGISTRY)
+TENANCY_RELOADS = Counter("slurmgate_binder_tenancy_reloads_total",
+                          "Tenancy policy changes seen, by outcome (ready, missing, invalid)",
+                          ["result"], registry=REGISTRY)
+TENANCY_ERRORS = Counter("slurmgate_binder_tenancy_source_errors_total",
+                         "Failed lists/watches of the tenancy policy's ConfigMap",
+                         registry=REGISTRY)
+TENANCY_DENIED = Counter("slurmgate_binder_tenancy_denied_submits_total",
+                         "Submits the tenancy policy refused (policy changed after admission)",
+                         ["reason"], registry=REGISTRY)

@@ -8,6 +8,7 @@ parsers are plain functions of their input and tests need no monkeypatching.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,38 @@ def env_float(env: Env, name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """A namespaced Kubernetes object, e.g. the tenancy policy's ConfigMap."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def env_object_ref(env: Env, name: str) -> ObjectRef | None:
+    """`namespace/name`; unset or empty = not configured."""
+    raw = env_optional(env, name)
+    if raw is None:
+        return None
+    ns, sep, obj = raw.strip().partition("/")
+    if not sep or not _DNS_LABEL.match(ns) or not _DNS_SUBDOMAIN.match(obj):
+        raise ConfigError(f"{name}={raw!r} is not namespace/name")
+    return ObjectRef(ns, obj)
+
+
+def tenancy_configmap(env: Env) -> ObjectRef | None:
+    """The tenancy policy's ConfigMap (TENANCY_CONFIGMAP); None: tenancy is off, every job
+    runs as SLURM_USER with no checks (both processes read it through here)."""
+    return env_object_ref(env, "TENANCY_CONFIGMAP")
 
 
 @dataclass(frozen=True)

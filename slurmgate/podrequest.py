@@ -51,6 +51,9 @@ class PodRequest:
     constraint: str | None
     nice: int | None
     termination_grace_seconds: int
+    # The Slurm user the job runs as: set only by the tenancy policy (slurmgate.tenancy), never
+    # from the Pod; None = the service's SLURM_USER.
+    user: str | None = None
 
 
 def parse_time_limit(text: str) -> int:

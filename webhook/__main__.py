@@ -14,11 +14,19 @@ from slurmgate.inventory import Inventory
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
+from slurmgate.tenancy_source import PolicySource, report_to
 from slurmgate.webhook import config, metrics
 from slurmgate.webhook.admission import Admitter
 from slurmgate.webhook.config import WebhookConfig
 from slurmgate.webhook.lookup import OwnerLookup
-from slurmgate.webhook.server import CertReloader, TLSFiles, cancel, make_app, serve
+from slurmgate.webhook.server import (
+    CertReloader,
+    TLSFiles,
+    cancel,
+    make_app,
+    readiness,
+    serve,
+)
 
 log = logging.getLogger("slurmgate.webhook")
 
@@ -29,21 +37,23 @@ async def run(cfg: WebhookConfig) -> None:
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-webhook")
     inventory = Inventory(slurm, kube)
-    admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube))
+    policy = PolicySource(kube, cfg.tenancy_configmap,
+                          on_state=report_to(metrics.TENANCY_STATE, metrics.TENANCY_RELOADS),
+                          on_error=lambda e: metrics.TENANCY_ERRORS.inc())
+    admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube),
+                        policy.current)
 
     def ready() -> tuple[bool, str]:
-        # fail-open admits gated Pods even without an inventory, so it is ready regardless
-        if inventory.current is None and not settings.fail_open:
-            return False, "node inventory not loaded (Slurm or Kubernetes unreachable)"
-        return True, ""
+        return readiness(inventory.current is not None, settings.fail_open, policy.state)
 
     reloader = CertReloader(TLSFiles(cfg.tls_cert_file, cfg.tls_key_file))
     host, _, port = cfg.listen.rpartition(":")
     runner = await serve(make_app(admitter, ready), host or "0.0.0.0", int(port), reloader)
     tasks = [asyncio.create_task(inventory.run(metrics.INVENTORY_ERRORS.inc)),
-             asyncio.create_task(reloader.run())]
+             asyncio.create_task(reloader.run()), asyncio.create_task(policy.run())]
     log.info("webhook serving", extra=kv(listen=cfg.listen, slurmrestd=s.url,
-                                         fail_open=settings.fail_open))
+                                         fail_open=settings.fail_open,
+                                         tenancy=str(cfg.tenancy_configmap or "off")))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

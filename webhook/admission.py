@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, faults, groups, podrequest
+from slurmgate import contract, faults, groups, podrequest, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
@@ -82,11 +82,14 @@ def parse_review(body: Any) -> dict[str, Any]:
 
 class Admitter:
     def __init__(self, submit: Submit, nodemap: Callable[[], NodeMap | None],
-                 settings: Settings, lookup: groups.Get | None = None) -> None:
+                 settings: Settings, lookup: groups.Get | None = None,
+                 policy: Callable[[], tenancy.PolicyState] | None = None) -> None:
         self._submit = submit
         self._nodemap = nodemap
         self.settings = settings
         self._lookup = lookup or _no_lookup
+        # the tenancy policy as its source knows it now; None: tenancy off
+        self._policy = policy or (lambda: tenancy.STATE_DISABLED)
         # apiserver retries reuse the request uid: answer them from here, so one job per Pod
         self._seen: OrderedDict[str, asyncio.Future[dict[str, Any]]] = OrderedDict()
 
@@ -175,6 +178,12 @@ class Admitter:
                                     self.settings.default_partition)
         except podrequest.PodRequestError as e:
             return self._deny(uid, e.reason, str(e))
+        # Before the fit check (it sees the tenant's partition) and for gang members too,
+        # whose job the binder submits later: a forbidden gang is refused up front.
+        try:
+            r = tenancy.check(self._policy(), namespace, r)
+        except tenancy.TenancyDenied as e:
+            return self._deny(uid, e.reason, e.message)
         nodes = self._nodemap()
         warnings: list[str] = []
         if nodes is None:
@@ -254,7 +263,8 @@ class Admitter:
         metrics.DECISIONS.labels("gated").inc()
         log.info("placeholder job submitted",
                  extra=kv(pod=f"{namespace}/{display}", job=job_id, claim=claim,
-                          memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition))
+                          memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
+                          user=r.user, account=r.account))
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                          warnings=tuple(warnings))
 

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmgate.config import Env, SlurmSettings, env_bool, env_optional
+from slurmgate.config import (
+    Env,
+    ObjectRef,
+    SlurmSettings,
+    env_bool,
+    env_optional,
+    tenancy_configmap,
+)
 from slurmgate.webhook.admission import Settings
 
 
@@ -20,6 +27,8 @@ class WebhookConfig:
     tls_key_file: Path = Path("/etc/slurmgate/tls/tls.key")
     kubeconfig: str | None = None
     log_level: str = "INFO"
+    # the tenancy policy's ConfigMap (TENANCY_CONFIGMAP); None: tenancy off
+    tenancy_configmap: ObjectRef | None = None
 
 
 def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
@@ -33,6 +42,7 @@ def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
         default_memory=env_optional(env, "DEFAULT_MEMORY"),
         default_partition=env_optional(env, "DEFAULT_PARTITION"),
     )
+    tenancy = tenancy_configmap(env)
     d = WebhookConfig(slurm, admission)
     ap = argparse.ArgumentParser(prog="slurmgate-webhook")
     ap.add_argument("--listen", default=env.get("WEBHOOK_LISTEN", d.listen))
@@ -49,4 +59,5 @@ def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
         tls_key_file=Path(a.tls_key_file),
         kubeconfig=a.kubeconfig,
         log_level=a.log_level,
+        tenancy_configmap=tenancy,
     )

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from slurmgate import tenancy
 from slurmgate.logs import kv
 from slurmgate.webhook import metrics
 from slurmgate.webhook.admission import Admitter, BadReview
@@ -64,6 +65,19 @@ class CertReloader:
                     log.info("serving certificate reloaded", extra=kv(cert=str(self.files.cert)))
             except (OSError, ssl.SSLError) as e:  # half-written rotation: keep the old pair
                 log.warning("certificate reload failed", extra=kv(error=str(e)))
+
+
+def readiness(inventory_loaded: bool, fail_open: bool,
+              policy: tenancy.PolicyState) -> tuple[bool, str]:
+    """What /readyz says. Not ready while the tenancy policy loads: every marked Pod would be
+    refused meanwhile. A missing or invalid policy is ready: its denials say what is wrong,
+    where a webhook out of the Service would only time out."""
+    if policy.status == tenancy.LOADING:
+        return False, "tenancy policy not loaded yet (its ConfigMap unreadable?)"
+    # fail-open admits gated Pods even without an inventory, so it is ready regardless
+    if not inventory_loaded and not fail_open:
+        return False, "node inventory not loaded (Slurm or Kubernetes unreachable)"
+    return True, ""
 
 
 def _depth_ok(raw: bytes) -> bool:

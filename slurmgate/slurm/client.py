@@ -149,10 +149,12 @@ class SlurmClient:
 
     async def submit(self, spec: JobSpec) -> int:
         base, d = await self._base()
-        what = f"submit job {spec.name!r}"
+        what = f"submit job {spec.name!r}" + (f" as user {spec.user!r}" if spec.user else "")
         try:
+            # as the tenant's user, if the job has one; everything else stays the service's
             _, data = await self._request(
-                "POST", f"{base}/job/submit", what=what, body=dialects.submit_body(d, spec))
+                "POST", f"{base}/job/submit", what=what, body=dialects.submit_body(d, spec),
+                user=spec.user)
         except SlurmIgnoredField as e:
             # The job exists but is not what we asked for (e.g. not exclusive): take it back.
             bad = _job_id(e.answer)

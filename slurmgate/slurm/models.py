@@ -3,6 +3,7 @@ model every other module uses (never a second list of states elsewhere)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,8 @@ JOB_FLAG_PRECEDENCE = (
     "SIGNALING",
 )
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
+# A Unix user name, as a header value can carry it (no spaces, no line breaks)
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,10 @@ class JobSpec:
     time_limit_minutes: int | None = None
     constraint: str | None = None
     nice: int | None = None
+    # Who the job runs as: sent as X-SLURM-USER-NAME of the submit only (the SlurmUser's token
+    # may act for any user); None = the client's configured user. Never a body field: on every
+    # dialect the header decides the job's owner.
+    user: str | None = None
 
     def check(self) -> None:
         if self.memory_mb <= 0:
@@ -100,6 +107,8 @@ class JobSpec:
             raise ValueError(f"gpus must be >= 0, got {self.gpus}")
         if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
             raise ValueError(f"time_limit_minutes must be > 0, got {self.time_limit_minutes}")
+        if self.user is not None and not _USER_RE.match(self.user):
+            raise ValueError(f"user must be a Unix user name, got {self.user[:40]!r}")
 
 
 @dataclass(frozen=True)

@@ -44,4 +44,5 @@ def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec
         memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, nodes=1,
         partition=r.partition, qos=r.qos, account=r.account,
         time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
+        user=r.user,
     )

@@ -90,9 +90,10 @@ class Transport:
             )
         return self._session
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, user: str | None = None) -> dict[str, str]:
+        # The token is the SlurmUser's; slurmrestd lets it act for the user named here
         return {
-            "X-SLURM-USER-NAME": self.user,
+            "X-SLURM-USER-NAME": user or self.user,
             "X-SLURM-USER-TOKEN": self.token.get(),
             "Accept": "application/json",
         }
@@ -107,17 +108,19 @@ class Transport:
         body: Any = None,
         allow_304: bool = False,
         keep_comment_prefix: str | None = None,
+        user: str | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
         """One request; returns (status, parsed JSON or None for 304). Raises SlurmError.
 
         ``keep_comment_prefix``: of a job list keep only the jobs whose comment starts with
         it (dropped while parsing, which big bodies do in a worker process).
         A 2xx answer whose warnings point into ``body`` raises SlurmIgnoredField, with the
-        parsed answer in ``.answer`` (a submit may have created a job all the same)."""
+        parsed answer in ``.answer`` (a submit may have created a job all the same).
+        ``user``: act as this Slurm user for this request only (default: ``self.user``)."""
         url = f"{self.base_url}{path}"
         try:
             async with self.session().request(
-                method, url, params=params, json=body, headers=self._headers()
+                method, url, params=params, json=body, headers=self._headers(user)
             ) as resp:
                 status = resp.status
                 if status == 304 and allow_304:

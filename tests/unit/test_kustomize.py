@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmgate import contract
+from slurmgate import contract, tenancy
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "kustomize"
@@ -45,6 +45,7 @@ EXPECTED_RBAC = {
     ("Role", NS, "coordination.k8s.io", "leases", "", "create"),
     ("Role", NS, "coordination.k8s.io", "leases", "slurmgate-binder", "get"),
     ("Role", NS, "coordination.k8s.io", "leases", "slurmgate-binder", "update"),
+    *(("Role", NS, "", "configmaps", "slurmgate-tenancy", v) for v in ("get", "list", "watch")),
 }
 
 
@@ -160,18 +161,21 @@ def test_rbac_exact(tree: Path, target: str) -> None:
     assert not any(r[3].startswith("secrets") for r in got)
     # bound to our ServiceAccount only
     sa = {"kind": "ServiceAccount", "name": "slurmgate", "namespace": NS}
-    crb, rb = one(docs, "ClusterRoleBinding"), one(docs, "RoleBinding")
+    crb = one(docs, "ClusterRoleBinding")
     assert crb["subjects"] == [sa] and crb["roleRef"]["name"] == "slurmgate"
-    assert rb["subjects"] == [sa] and rb["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-        "name": "slurmgate-leader-election"}
+    rbs = {rb["metadata"]["name"]: rb for rb in by_kind(docs, "RoleBinding")}
+    assert set(rbs) == {"slurmgate-leader-election", "slurmgate-tenancy"}
+    for name, rb in rbs.items():
+        assert rb["subjects"] == [sa] and rb["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
     assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
 def test_local_has_no_workload(tree: Path) -> None:
     kinds = sorted(d["kind"] for d in render(tree, "overlays/local"))
     assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                            "Role", "RoleBinding", "ConfigMap", "MutatingWebhookConfiguration"])
+                            "Role", "RoleBinding", "ConfigMap", "MutatingWebhookConfiguration",
+                            "Role", "RoleBinding", "ConfigMap"])  # + the tenancy policy's
 
 
 def test_local_needs_generated(tmp_path: Path) -> None:
@@ -182,9 +186,13 @@ def test_local_needs_generated(tmp_path: Path) -> None:
 
 
 def test_config_map(tree: Path) -> None:
-    data = one(render(tree, "base"), "ConfigMap")["data"]
+    maps = {d["metadata"]["name"]: d for d in by_kind(render(tree, "base"), "ConfigMap")}
+    data = maps["slurmgate-config"]["data"]
     assert data["FAIL_OPEN"] == "false"
     assert {"SLURMREST_URL", "SLURM_USER", "DEFAULT_PARTITION"} <= set(data)
+    assert data["TENANCY_CONFIGMAP"] == ""  # tenancy off unless an overlay turns it on
+    # the example policy parses, under the key and name the RBAC grants
+    assert tenancy.parse(maps["slurmgate-tenancy"]["data"][tenancy.POLICY_KEY]).tenants
 
 
 @pytest.mark.parametrize("target", ["base", "overlays/kind"])

@@ -487,6 +487,40 @@ async def test_submit_body_v40(client: tuple[Fake, SlurmClient]) -> None:
     assert job["minimum_nodes"] == job["maximum_nodes"] == 1 and job["nice"] == -5
 
 
+@pytest.mark.parametrize("dialect", ["38", "40"])
+async def test_submit_as_the_jobs_user_for_that_request_only(
+    client: tuple[Fake, SlurmClient], dialect: str
+) -> None:
+    """The tenant's user goes in the header of the submit alone; the body names no user (the
+    header decides the owner), and every other request stays the service user's."""
+    fake, c = client
+    if dialect == "40":
+        use40(fake)
+    await c.submit(JobSpec(name="k8s:a", comment="c", memory_mb=100, cpus=1, user="team-a"))
+    await c.submit(JobSpec(name="k8s:b", comment="c", memory_mb=100, cpus=1))
+    await c.jobs()
+    await c.cancel(7)
+    first, second = fake.calls("/job/submit")
+    assert first[2]["X-SLURM-USER-NAME"] == "team-a"
+    assert first[2]["X-SLURM-USER-TOKEN"] == TOKEN
+    assert second[2]["X-SLURM-USER-NAME"] == "root"
+    for body in (first[4], second[4]):
+        for part in (body, body["job"]):
+            assert not {"user", "user_id", "user_name", "uid", "group_id"} & set(part)
+    others = [r for r in fake.requests if not r[1].endswith("/job/submit")]
+    assert others and {r[2]["X-SLURM-USER-NAME"] for r in others} == {"root"}
+
+
+@pytest.mark.parametrize("user", ["team a", "x\r\nX-Evil: 1", "", "-rf", "a" * 40])
+async def test_submit_refuses_a_user_no_header_should_carry(
+    client: tuple[Fake, SlurmClient], user: str
+) -> None:
+    fake, c = client
+    with pytest.raises(ValueError, match="user"):
+        await c.submit(JobSpec(name="n", comment="c", memory_mb=1, cpus=1, user=user))
+    assert fake.calls("/job/submit") == []
+
+
 def test_placeholder_script_ignores_term() -> None:
     assert PLACEHOLDER_SCRIPT.startswith("#!/bin/sh\n")
     assert "trap '' TERM" in PLACEHOLDER_SCRIPT

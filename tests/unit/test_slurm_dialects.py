@@ -38,10 +38,15 @@ class Replay:
         self.release, self.api = release, api
         self.submit_answer = "submit"
         self.calls: list[tuple[str, str]] = []
+        self.users: list[tuple[str, str | None]] = []  # (path, X-SLURM-USER-NAME) per request
+        self.bodies: list[Any] = []  # submit bodies
 
     async def handle(self, request: web.Request) -> web.Response:
         path, m = request.path, request.method
         self.calls.append((m, request.path_qs))
+        self.users.append((path, request.headers.get("X-SLURM-USER-NAME")))
+        if path.endswith("/job/submit"):
+            self.bodies.append(await request.json())
         base = f"/slurm/{self.api}/"
         if path == "/openapi/v3":
             return web.json_response({"paths": {f"{base}ping/": {}}})
@@ -144,6 +149,22 @@ async def test_submit_answers_with_a_job_id(replay: tuple[Replay, SlurmClient]) 
     _, body = answer(rp.release, rp.api, "submit")
     assert body_warnings(body) == []  # our body, as recorded: nothing ignored
     assert await c.submit(JobSpec(name="k8s:x", comment="c", memory_mb=100, cpus=1)) > 0
+
+
+async def test_submit_as_a_tenant_user_in_every_dialect(
+        replay: tuple[Replay, SlurmClient]) -> None:
+    """22.05 (v0.0.38) to 26.05 alike: the owner is the header's user, never a body field."""
+    rp, c = replay
+    assert await c.submit(JobSpec(name="k8s:x", comment="c", memory_mb=100, cpus=1,
+                                  user="team-a", account="team-a")) > 0
+    await c.nodes()
+    submits = [u for p, u in rp.users if p.endswith("/job/submit")]
+    assert submits == ["team-a"]
+    assert {u for p, u in rp.users if not p.endswith("/job/submit")} == {"root"}
+    (body,) = rp.bodies
+    for part in (body, body["job"]):
+        assert not {"user", "user_id", "user_name", "uid", "group_id"} & set(part)
+    assert body["job"]["account"] == "team-a"
 
 
 async def test_a_field_slurm_ignored_fails_the_submit_and_the_job_is_cancelled(

@@ -1,0 +1,256 @@
+"""The tenancy policy where it is enforced: the webhook's admission and readiness, and the
+binder's submits (policy changed after admission)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from slurmgate import contract, tenancy
+from slurmgate.binder.actions import TENANCY_RETRY, Actions
+from slurmgate.binder.config import ReconcileSettings
+from slurmgate.slurm import JobInfo, JobSpec
+from slurmgate.tenancy import PolicyState
+from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.server import readiness
+from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
+
+POLICY = tenancy.parse("""
+tenants:
+  - namespaces: [team-a]
+    user: team-a
+    account: team-a
+    accounts: [team-a, shared]
+    qos: [normal]
+    partitions: [k8s]
+""")
+READY = PolicyState(tenancy.READY, POLICY)
+
+
+def admitter(state: PolicyState = READY) -> tuple[Admitter, FakeSubmit]:
+    s = FakeSubmit()
+    nm = node_map()
+    return Admitter(s, lambda: nm, Settings(), policy=lambda: state), s  # type: ignore[arg-type]
+
+
+def in_ns(body: dict[str, Any], ns: str) -> dict[str, Any]:
+    body["request"]["namespace"] = ns
+    body["request"]["object"]["metadata"]["namespace"] = ns
+    return body
+
+
+# ----------------------------------------------------------------------------- webhook
+
+
+async def test_allowed_pod_runs_as_the_tenant_with_its_default_account() -> None:
+    a, s = admitter()
+    out = await a.review(in_ns(review(marked_pod()), "team-a"))
+    assert out["response"]["allowed"] is True
+    (spec,) = s.specs
+    assert (spec.user, spec.account, spec.partition) == ("team-a", "team-a", "k8s")
+
+
+async def test_named_account_and_qos_within_the_policy() -> None:
+    a, s = admitter()
+    pod = marked_pod(**{contract.A_ACCOUNT: "shared", contract.A_QOS: "normal"})
+    assert (await a.review(in_ns(review(pod), "team-a")))["response"]["allowed"]
+    (spec,) = s.specs
+    assert (spec.user, spec.account, spec.qos) == ("team-a", "shared", "normal")
+
+
+async def test_denials_name_the_reason_and_submit_nothing() -> None:
+    a, s = admitter()
+    cases = [("team-b", {}, "NamespaceNotInTenancy"),
+             ("team-a", {contract.A_ACCOUNT: "team-b"}, "AccountNotAllowed"),
+             ("team-a", {contract.A_QOS: "high"}, "QOSNotAllowed"),
+             ("team-a", {contract.A_PARTITION: "hpc"}, "PartitionNotAllowed")]
+    for ns, ann, reason in cases:
+        out = await a.review(in_ns(review(marked_pod(**ann)), ns))
+        r = out["response"]
+        assert r["allowed"] is False and r["status"]["reason"] == reason, (ns, ann)
+        assert f'namespace "{ns}"' in r["status"]["message"]
+    assert s.specs == []
+    msg = (await a.review(in_ns(review(marked_pod(**{contract.A_ACCOUNT: "team-b"})),
+                                "team-a")))["response"]["status"]["message"]
+    assert msg == ('slurmgate: namespace "team-a" may not use account "team-b" '
+                   f"({contract.A_ACCOUNT}); allowed: shared, team-a")
+
+
+async def test_a_forbidden_gang_is_denied_at_admission() -> None:
+    a, s = admitter()
+    pod = marked_pod(**{contract.A_GROUP: "pair", contract.A_GROUP_SIZE: "2",
+                        contract.A_ACCOUNT: "team-b"})
+    out = await a.review(in_ns(review(pod), "team-a"))
+    assert out["response"]["status"]["reason"] == "AccountNotAllowed"
+    ok = marked_pod(**{contract.A_GROUP: "pair", contract.A_GROUP_SIZE: "2"})
+    assert (await a.review(in_ns(review(ok), "team-a")))["response"]["allowed"]
+    assert s.specs == []  # the binder submits the gang's job later
+
+
+async def test_fail_closed_states_deny_every_marked_pod() -> None:
+    for state, reason in [(PolicyState(tenancy.MISSING, None, "ConfigMap a/b not found"),
+                           "TenancyPolicyMissing"),
+                          (PolicyState(tenancy.INVALID, None, "tenants[0].user: bad"),
+                           "TenancyPolicyInvalid"),
+                          (tenancy.STATE_LOADING, "TenancyPolicyLoading")]:
+        a, s = admitter(state)
+        out = await a.review(in_ns(review(marked_pod()), "team-a"))
+        assert out["response"]["status"]["reason"] == reason
+        assert s.specs == []
+    # an unmarked Pod is none of the policy's business
+    a, _ = admitter(tenancy.STATE_LOADING)
+    plain = marked_pod()
+    plain["metadata"]["labels"] = {}
+    assert (await a.review(review(plain)))["response"]["allowed"] is True
+
+
+async def test_disabled_is_todays_behaviour() -> None:
+    a, s = admitter(tenancy.STATE_DISABLED)
+    pod = marked_pod(**{contract.A_ACCOUNT: "anything"})
+    assert (await a.review(in_ns(review(pod), "team-z")))["response"]["allowed"]
+    (spec,) = s.specs
+    assert spec.user is None and spec.account == "anything"
+
+
+def test_webhook_not_ready_while_the_policy_loads() -> None:
+    ok, why = readiness(True, False, tenancy.STATE_LOADING)
+    assert not ok and "tenancy" in why
+    assert readiness(True, False, READY) == (True, "")
+    assert readiness(True, False, tenancy.STATE_DISABLED) == (True, "")
+    # missing: ready, its denials say why (a webhook out of the Service would only time out)
+    assert readiness(True, False, PolicyState(tenancy.MISSING, None, "x"))[0]
+    assert not readiness(False, False, READY)[0]
+    assert readiness(False, True, READY)[0]
+
+
+# ----------------------------------------------------------------------------- binder
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.specs: list[JobSpec] = []
+
+    async def submit(self, spec: JobSpec) -> int:
+        self.specs.append(spec)
+        return 500 + len(self.specs)
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def merge_patch(self, path: str, patch: dict[str, Any]) -> None:
+        self.patches.append((path, patch))
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str, bool]] = []
+
+    async def emit(self, pod: dict[str, Any], reason: str, message: str,
+                   warning: bool = False, once: bool = True) -> None:
+        self.sent.append((pod["metadata"]["name"], reason, message, warning))
+
+
+class FakeJobs:
+    def __init__(self) -> None:
+        self.synced = asyncio.Event()
+        self.synced.set()
+
+    def kick(self) -> None:
+        pass
+
+
+def actions(state: PolicyState) -> tuple[Actions, FakeSlurm, FakeEvents, FakeKube]:
+    slurm, events, kube = FakeSlurm(), FakeEvents(), FakeKube()
+    act = Actions(kube, slurm, events, FakeJobs(), None, ReconcileSettings(),  # type: ignore[arg-type]
+                  lambda: state)
+    return act, slurm, events, kube
+
+
+def pending_pod(ns: str, name: str = "p", **ann: str) -> dict[str, Any]:
+    pod = marked_pod(**{contract.A_CLAIM: "c1", **ann})
+    pod["metadata"].update(namespace=ns, name=name, uid=f"uid-{name}")
+    return pod
+
+
+async def test_binder_submits_as_the_tenants_user() -> None:
+    act, slurm, events, kube = actions(READY)
+    assert await act.submit_pod(pending_pod("team-a")) is None
+    (spec,) = slurm.specs
+    assert (spec.user, spec.account, spec.partition) == ("team-a", "team-a", "k8s")
+    assert kube.patches and events.sent[-1][1] == contract.EV_JOB_SUBMITTED
+
+
+async def test_binder_never_takes_the_user_from_the_pod() -> None:
+    act, slurm, _, _ = actions(READY)
+    # an annotation that tried to pick a user is not an option at all: the Pod is refused
+    pod = pending_pod("team-a", **{f"{contract.DOMAIN}/user": "root"})
+    assert await act.submit_pod(pod) is None
+    assert slurm.specs == []
+    ok = pending_pod("team-a")
+    ok["metadata"]["labels"]["user"] = "root"
+    await act.submit_pod(ok)
+    assert slurm.specs[0].user == "team-a"
+
+
+async def test_binder_policy_changed_since_admission_records_and_requeues() -> None:
+    act, slurm, events, kube = actions(READY)
+    pod = pending_pod("team-a", **{contract.A_QOS: "high"})
+    assert await act.submit_pod(pod) == TENANCY_RETRY
+    assert slurm.specs == [] and kube.patches == []
+    ((name, reason, message, warning),) = events.sent
+    assert (name, reason, warning) == ("p", "QOSNotAllowed", True)
+    assert '"high"' in message and "normal" in message
+    missing, slurm, events, _ = actions(PolicyState(tenancy.MISSING, None, "gone"))
+    assert await missing.submit_pod(pending_pod("team-a")) == TENANCY_RETRY
+    assert slurm.specs == [] and events.sent[0][1] == "TenancyPolicyMissing"
+
+
+def gang(ns: str, **ann: str) -> list[dict[str, Any]]:
+    return [pending_pod(ns, f"m{i}", **{contract.A_GROUP: "g", contract.A_GROUP_SIZE: "2",
+                                        **ann}) for i in range(2)]
+
+
+async def test_binder_gang_job_as_the_tenants_user() -> None:
+    act, slurm, _, _ = actions(READY)
+    unclaimed: list[JobInfo] = []
+    assert await act.submit_group("team-a/g", gang("team-a"), lambda: unclaimed) is None
+    (spec,) = slurm.specs
+    assert (spec.user, spec.account, spec.nodes) == ("team-a", "team-a", 2)
+
+
+async def test_binder_gang_refused_now_is_told_and_requeued() -> None:
+    act, slurm, events, _ = actions(READY)
+    members = gang("team-b")
+    assert await act.submit_group("team-b/g", members, lambda: []) == TENANCY_RETRY
+    assert slurm.specs == []
+    assert sorted((n, r) for n, r, _, _ in events.sent) == [
+        ("m0", "NamespaceNotInTenancy"), ("m1", "NamespaceNotInTenancy")]
+
+
+async def test_binder_leader_not_ready_while_the_policy_loads() -> None:
+    from types import SimpleNamespace
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from slurmgate.binder.__main__ import health_app
+    from slurmgate.config import ObjectRef
+    from slurmgate.tenancy_source import PolicySource
+
+    synced = asyncio.Event()
+    synced.set()
+    binder = SimpleNamespace(pods=SimpleNamespace(synced=synced),
+                             jobs=SimpleNamespace(synced=synced))
+    elector = SimpleNamespace(is_leader=True)
+    source = PolicySource(None, ObjectRef("ns", "cm"))  # type: ignore[arg-type]
+    app = health_app(binder, elector, None, source)  # type: ignore[arg-type]
+    async with TestClient(TestServer(app)) as c:
+        r = await c.get("/readyz")
+        assert r.status == 503 and "tenancy" in await r.text()
+        elector.is_leader = False  # a standby is ready regardless
+        assert (await c.get("/readyz")).status == 200
+        elector.is_leader = True
+        await source.apply({"data": {tenancy.POLICY_KEY: "tenants: []"}})
+        assert source.state.status == tenancy.READY
+        assert (await c.get("/readyz")).status == 200
