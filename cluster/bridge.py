@@ -150,6 +150,8 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "SLURM_USER": "root",
         "FAIL_OPEN": "true" if fail_open else "false",
         "DEFAULT_PARTITION": "k8s",
+        # the overlay's policy: teams a and b, every other namespace as root (as before)
+        "TENANCY_CONFIGMAP": f"{NAMESPACE}/slurmgate-tenancy",
         "LEASE_NAMESPACE": NAMESPACE,
         "LEASE_DURATION_SECONDS": os.environ.get("SLURMGATE_LEASE_SECONDS", "15"),
         "PYTHONUNBUFFERED": "1",

@@ -190,7 +190,8 @@ def test_config_map(tree: Path) -> None:
     data = maps["slurmgate-config"]["data"]
     assert data["FAIL_OPEN"] == "false"
     assert {"SLURMREST_URL", "SLURM_USER", "DEFAULT_PARTITION"} <= set(data)
-    assert data["TENANCY_CONFIGMAP"] == ""  # tenancy off unless an overlay turns it on
+    # tenancy on by default, pointing at the policy the base deploys
+    assert data["TENANCY_CONFIGMAP"] == "slurmgate-system/slurmgate-tenancy"
     # the example policy parses, under the key and name the RBAC grants
     assert tenancy.parse(maps["slurmgate-tenancy"]["data"][tenancy.POLICY_KEY]).tenants
 
@@ -273,3 +274,12 @@ def test_no_secret_values_outside_kind(tree: Path) -> None:
     for target in [*BASES, "overlays/local"]:
         assert not by_kind(render(tree, target), "Secret"), target
 
+
+
+def test_local_overlays_tenancy_policy_parses_and_maps_the_local_teams() -> None:
+    doc = yaml.safe_load((KUSTOMIZE / "overlays/local/tenancy-policy.yaml").read_text())
+    policy = tenancy.parse(doc["data"][tenancy.POLICY_KEY])
+    a = policy.resolve("team-a")
+    assert a is not None and a.user == "sg-team-a"
+    other = policy.resolve("t-12345678")  # the e2e suite's throwaway namespaces
+    assert other is not None and other.user == "root"
