@@ -62,6 +62,7 @@ async def run(cfg: BinderConfig) -> int:
                           on_state=report_to(metrics.TENANCY_STATE, metrics.TENANCY_RELOADS),
                           on_error=lambda e: metrics.TENANCY_ERRORS.inc())
     binder = Controller(kube, slurm, cfg.reconcile, policy.current)
+    policy.subscribe(binder.policy_changed)
     elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
                             renew_seconds=lease.renew_seconds, identity=lease.identity)
     try:

@@ -57,8 +57,16 @@ class Controller:
             self.index.request(key), 1.0)
         self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
+        self._refused: set[Request] = set()  # units the tenancy policy refused a submit
 
     # --- event handlers: cheap, they only index and enqueue ---
+    def policy_changed(self, state: tenancy.PolicyState) -> None:
+        """The tenancy policy changed: whom it refused is looked at now, not at the next
+        TENANCY_RETRY (an operator who just listed a namespace expects its Pods to start)."""
+        refused, self._refused = self._refused, set()
+        for req in refused:
+            self.queue.add(req)
+
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if new is not None and is_gated(new):
             self.jobs.kick()
@@ -153,6 +161,7 @@ class Controller:
             else:
                 again = await act.submit_pod(d.members[0])
             if again is not None:  # the tenancy policy refuses it now; it may change
+                self._refused.add(req)
                 self.queue.add_after(req, again)
         elif d.action == decide.RESUBMIT:
             if d.cancel is not None:
@@ -160,6 +169,7 @@ class Controller:
             for p in d.members:
                 await self.events.emit(p, d.reason, d.message, warning=True)
                 if await act.submit_pod(p) is not None:  # refused by the tenancy policy
+                    self._refused.add(req)
                     self.queue.add_after(req, actions.TENANCY_RETRY)
         else:  # EVICT, CANCEL, RELEASE: let go of Nodes and jobs
             await self._release(req, unit, d)

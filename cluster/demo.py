@@ -122,12 +122,28 @@ def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
     s.show("kubectl", "get", "pods", "-o", "wide")
     s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
     seen["freed"] = freed
+
+    s.say("Namespaces are Slurm users and accounts: team A may not charge team B")
+    seen["borrow"] = s.show("kubectl", "apply", "-f", str(EXAMPLES / "team-a-borrows-b.yaml"),
+                            check=False)
+    s.say("Team A's Pod runs as team A's Slurm user, on its account (the inference Pod makes "
+          "room)")
+    s.show("kubectl", "delete", "pod", "inference", "--wait=false")
+    s.show("kubectl", "apply", "-f", str(EXAMPLES / "team-a-pod.yaml"))
+    wait_for("team A's Pod bound", lambda: json.loads(s.kubectl(
+        "get", "pod", "trainer-a", "-n", "team-a", "-o", "json"))["spec"].get("nodeName"), 60)
+    s.show("squeue", "-o", "%.6i %.9P %.10u %.8a %.8T %.6D %R")
+    # slurmdbd records a job a moment after slurmctld starts it
+    wait_for("team A's job in sacct", lambda: "sg-team-a" in subprocess.run(
+        ["sacct", "-a", "-X", "-n", "-o", "User"], env=s.env, text=True,
+        capture_output=True).stdout, 30)
+    seen["sacct"] = s.show("sacct", "-a", "-X", "-o", "JobID,JobName%28,User,Account,State")
     return seen
 
 
 def cleanup(lc: local.Local) -> None:
     env = {**os.environ, **lc.env()}
-    for f in ("inference-pod.yaml", "batch-pods.yaml", "waiting-pod.yaml"):
+    for f in ("inference-pod.yaml", "batch-pods.yaml", "waiting-pod.yaml", "team-a-pod.yaml"):
         subprocess.run(["kubectl", "delete", "-f", str(EXAMPLES / f), "--ignore-not-found",
                         "--wait=true", "--timeout=60s"], env=env, capture_output=True)
 

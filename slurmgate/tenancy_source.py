@@ -60,7 +60,7 @@ class PolicySource:
                  backoff: tuple[float, float] = (1.0, 30.0)) -> None:
         self._kube = kube
         self.ref = ref
-        self._on_state = on_state
+        self._listeners: list[Callable[[PolicyState], None]] = [on_state]
         self._on_error = on_error
         self._backoff = backoff
         self._state = tenancy.STATE_DISABLED if ref is None else tenancy.STATE_LOADING
@@ -72,6 +72,11 @@ class PolicySource:
     @property
     def state(self) -> PolicyState:
         return self._state
+
+    def subscribe(self, listener: Callable[[PolicyState], None]) -> None:
+        """`listener(state)` on every later change (e.g. the binder looks again at what the
+        policy refused)."""
+        self._listeners.append(listener)
 
     def current(self) -> PolicyState:
         """For callers that take a `Callable[[], PolicyState]`."""
@@ -88,7 +93,8 @@ class PolicySource:
             return
         self._state = state
         self._log(state)
-        self._on_state(state)
+        for listener in self._listeners:
+            listener(state)
         async with self._changed:
             self.generation += 1
             self._changed.notify_all()

@@ -37,3 +37,5 @@ def test_demo_story(local: Local, bridge: Bridge, demo_cleanup: None) -> None:
     assert "condition met" in text
     assert "fits on no Slurm node" in seen["refusal"]
     assert "Bound" in text and "SlurmAllocated" in text
+    assert "AccountNotAllowed" in seen["borrow"] or "may not use account" in seen["borrow"]
+    assert re.search(r"sg-team-a\s+team-a\s", seen["sacct"]), seen["sacct"]

@@ -9,6 +9,8 @@ from typing import Any
 from slurmgate import contract, tenancy
 from slurmgate.binder.actions import TENANCY_RETRY, Actions
 from slurmgate.binder.config import ReconcileSettings
+from slurmgate.binder.controller import Controller
+from slurmgate.binder.index import Request
 from slurmgate.slurm import JobInfo, JobSpec
 from slurmgate.tenancy import PolicyState
 from slurmgate.webhook.admission import Admitter, Settings
@@ -254,3 +256,14 @@ async def test_binder_leader_not_ready_while_the_policy_loads() -> None:
         await source.apply({"data": {tenancy.POLICY_KEY: "tenants: []"}})
         assert source.state.status == tenancy.READY
         assert (await c.get("/readyz")).status == 200
+
+
+async def test_binder_looks_again_at_once_when_the_policy_changes() -> None:
+    c = Controller(kube=object(), slurm=object())  # type: ignore[arg-type]
+    refused = Request("team-b", "p")
+    c._refused.add(refused)
+    assert len(c.queue) == 0
+    c.policy_changed(tenancy.STATE_DISABLED)
+    assert len(c.queue) == 1 and await c.queue.get() == refused
+    c.policy_changed(tenancy.STATE_DISABLED)  # told once: what was refused is not kept
+    assert len(c.queue) == 0

@@ -227,3 +227,19 @@ def test_both_processes_read_the_same_setting() -> None:
     assert binder_config.load([], env).tenancy_configmap == REF
     assert webhook_config.load([], {}).tenancy_configmap is None
     assert binder_config.load([], {}).tenancy_configmap is None
+
+
+async def test_subscribers_hear_every_later_change() -> None:
+    kube = FakeKube([cm(GOOD)])
+    src = PolicySource(kube, REF, backoff=(0.0, 0.0))
+    heard: list[str] = []
+    src.subscribe(lambda s: heard.append(s.status))
+    task = asyncio.create_task(src.run())
+    try:
+        await changed(src, 0)
+        g = src.generation
+        kube.events.put_nowait(("MODIFIED", cm(BAD, "2")))
+        await changed(src, g)
+        assert heard == ["ready", "invalid"]
+    finally:
+        await stop(task)
