@@ -11,11 +11,11 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from slurmgate import contract, faults, podrequest, tenancy
-from slurmgate.binder import metrics
+from slurmgate.binder import displaced, metrics
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.events import Recorder
 from slurmgate.binder.informer import Informer
@@ -64,6 +64,7 @@ class Actions:
         # uid -> (status, reason, write): a condition written after a bind, in the background
         self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
         self._background_slots = asyncio.Semaphore(4)
+        self._tasks: set[asyncio.Task[None]] = set()
         self.on_condition_failed: Callable[[str], None] = lambda key: None  # Pod key
         # binds in flight; while there are any, Events and conditions wait (up to a limit):
         # on a busy API server every write of theirs would delay a bind
@@ -316,6 +317,27 @@ class Actions:
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
         await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
+        victim = self.jobs.recent_ends.before(slurm_node, t_start)
+        if victim is not None:
+            self._in_background(self._tell_displaced(pod, victim, slurm_node))
+
+    async def _tell_displaced(self, pod: Pod, victim: int, slurm_node: str) -> None:
+        """An Event naming the batch job Slurm preempted for this Pod (binder/displaced.py)."""
+        await self.after_binds()
+        async with self._background_slots:
+            try:
+                said = await displaced.describe(self.slurm, victim, slurm_node)
+            except SlurmError as e:
+                log.info("could not look up the job that ended before a bind",
+                         extra=kv(pod=key_of(pod), job=victim, error=str(e)))
+                return
+        if said is not None:
+            await self.events.emit(pod, contract.EV_DISPLACED, said)
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)  # a reference, or the loop may drop the task half-way
+        task.add_done_callback(self._tasks.discard)
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from slurmgate import contract
 from slurmgate.binder import metrics
+from slurmgate.binder.displaced import RecentEnds
 from slurmgate.logs import kv
 from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, WAITING_STATES, JobInfo, SlurmClient
 
@@ -86,6 +87,7 @@ class JobTracker:
         # slurmd then refuses the reused id ("Job credential revoked") a moment after the
         # start. A push about such an id is left to the polls, which see the failure first.
         self._ran_for: dict[int, str] = {}
+        self.recent_ends = RecentEnds()  # other jobs' ends per node, to name what a Pod displaced
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -112,6 +114,7 @@ class JobTracker:
             have = None  # the claim moved on to a newer job
         if event != "started":
             if have is None and self.comment_of(job_id) is None:
+                self.recent_ends.record(job_id, nodes)  # it may have made room for a Pod
                 return "ignored"
             self.wake()
             return "polled"

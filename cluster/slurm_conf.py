@@ -73,4 +73,9 @@ PreemptMode=CANCEL
 PartitionName=k8s Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 \
   GraceTime={grace_time}
 PartitionName=hpc Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10
+# Below the Pods: batch work that a Pod's placeholder preempts, requeued or cancelled.
+PartitionName=scavenger Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=0 PreemptMode=REQUEUE \
+  GraceTime=5
+PartitionName=spot Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=0 PreemptMode=CANCEL \
+  GraceTime=5
 """

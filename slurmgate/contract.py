@@ -63,6 +63,7 @@ EV_MISSING_CLAIM = "MissingClaim"  # a marked Pod the webhook never saw
 EV_JOB_PENDING = "SlurmJobPending"
 EV_ALLOCATED = "SlurmAllocated"
 EV_BOUND = "Bound"
+EV_DISPLACED = "DisplacedSlurmJob"  # the Pod's placeholder preempted a batch job on its node
 EV_NODE_NOT_FOUND = "NodeNotFound"  # Slurm allocated a node no Kubernetes Node is labelled with
 EV_NODE_CORDONED = "NodeCordoned"
 EV_JOB_VANISHED = "SlurmJobVanished"

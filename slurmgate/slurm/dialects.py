@@ -209,6 +209,8 @@ def parse_job(d: Mapping[str, Any]) -> JobInfo:
         preempt_time=num(d.get("preempt_time")),
         cpus=num(d.get("cpus")),
         whole_nodes=_whole_nodes(d),
+        restarts=num(d.get("restart_cnt")),
+        user=text(d.get("user_name")),
     )
 
 

@@ -131,6 +131,9 @@ class JobInfo:
     cpus: int = 0
     # Slurm gave the job whole nodes (v0.0.41+ job_resources.nodes.whole; None = not said).
     whole_nodes: bool | None = None
+    # How often Slurm requeued the job (a requeue on preemption counts).
+    restarts: int = 0
+    user: str = ""
 
     @property
     def ended(self) -> bool:

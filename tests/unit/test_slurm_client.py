@@ -336,7 +336,7 @@ async def test_jobs_v38(client: tuple[Fake, SlurmClient]) -> None:
         job_id=7, name="k8s:ns/p", state="RUNNING", reason="None", nodes=("n1",),
         comment="slurmgate claim=abc pod=ns/p", partition="k8s", submit_time=1796218877,
         start_time=1796218877, end_time=1827754877, state_flags=frozenset({"RUNNING"}),
-        preempt_time=0, cpus=8,
+        preempt_time=0, cpus=8, user="root",
     )
     assert run.active and not run.ended and not run.preempted
     assert pend.state == "PENDING" and pend.reason == "Resources"

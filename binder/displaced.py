@@ -1,0 +1,77 @@
+"""Which Slurm job a Pod displaced: when a Pod's placeholder preempts a batch job (its partition
+or QOS ranks above the job's), the Pod's Events say which job gave up the node, and how.
+
+Slurm keeps no record of "job A preempted job B" that slurmrestd shows: a cancelled victim
+reads PREEMPTED, but a requeued one is PENDING again with its nodes cleared. What names the
+node is slurmctld's EpilogSlurmctld hook (slurmgate-notify), which pushes every job's end with
+its nodes; the binder remembers the last end on each node for a short while. When a Pod binds
+to a node where another job ended just before its job started, one GET of that job tells
+whether Slurm preempted it (PREEMPTED, or requeued: PENDING with a restart count). Sites
+without the hook see no such Event; nothing else depends on it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from slurmgate.slurm import SlurmClient
+from slurmgate.slurm.models import JobInfo
+
+# A victim's end and the preemptor's start are seconds apart (the node frees, the scheduler's
+# next pass starts the preemptor); a job that ended longer ago than this did not make room.
+WINDOW = 60.0
+MAX_NODES = 100_000  # a bound on memory whatever pushes arrive
+
+
+@dataclass(frozen=True)
+class Ended:
+    job_id: int
+    at: float  # wall time the end was pushed
+
+
+class RecentEnds:
+    """The last pushed end of a job that is not ours, per Slurm node."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, Ended] = {}
+
+    def record(self, job_id: int, nodes: tuple[str, ...], at: float | None = None) -> None:
+        when = time.time() if at is None else at
+        if len(self._by_node) + len(nodes) > MAX_NODES:
+            self._by_node = {n: e for n, e in self._by_node.items() if when - e.at < WINDOW}
+        for n in nodes[:MAX_NODES]:
+            self._by_node[n] = Ended(job_id, when)
+
+    def before(self, node: str, started: float) -> int | None:
+        """The job that ended on `node` within WINDOW before `started` (wall time)."""
+        e = self._by_node.get(node)
+        if e is None or not (started - WINDOW <= e.at <= started + 1.0):
+            return None
+        return e.job_id
+
+
+def how_displaced(job: JobInfo) -> str | None:
+    """'cancelled' or 'requeued' when Slurm preempted the job, else None (it just ended)."""
+    if job.state == "PREEMPTED" or "PREEMPTED" in job.state_flags:
+        return "cancelled"
+    if job.restarts > 0 and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING",
+                                           "RUNNING"):
+        # requeued on preemption: it waits again (or already runs elsewhere)
+        return "requeued"
+    return None
+
+
+async def describe(slurm: SlurmClient, job_id: int, slurm_node: str) -> str | None:
+    """The Event message naming the displaced job, or None if Slurm did not preempt it."""
+    job = await slurm.job(job_id)
+    if job is None:
+        return None
+    how = how_displaced(job)
+    if how is None:
+        return None
+    who = ", ".join(x for x in (job.name and f"{job.name!r}",
+                                job.user and f"user {job.user}",
+                                job.partition and f"partition {job.partition}") if x)
+    return (f"Slurm preempted job {job.job_id} ({who}) on {slurm_node} to run this Pod; the job "
+            f"was {how}")
