@@ -33,6 +33,9 @@ class ReconcileSettings:
     evict_grace: float = 60.0
     # an incomplete gang is reported (GroupIncomplete) after this, and again every period
     group_timeout: float = 300.0
+    # a Pod waits this long for its allocated Node to show the GPUs it asks for; then its job
+    # is given back to Slurm (NodeLacksGPUs)
+    gpu_grace: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
     orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
     evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
     group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
+    gpu_grace = env_float(env, "BINDER_GPU_GRACE", r.gpu_grace)
     tenancy = tenancy_configmap(env)
 
     ap = argparse.ArgumentParser(prog="slurmgate-binder")
@@ -96,6 +100,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
             orphan_grace=orphan_grace,
             evict_grace=evict_grace,
             group_timeout=group_timeout,
+            gpu_grace=gpu_grace,
         ),
         lease=LeaseSettings(
             namespace=a.lease_namespace,

@@ -35,6 +35,7 @@ from slurmgate.binder.podview import (
     holds_node,
     is_gated,
     job_status,
+    lacks_gpus,
     live,
     live_claim,
     needs_kill,
@@ -76,6 +77,10 @@ class World:
     vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list
     group_timeout: float = 300.0  # after this, an incomplete gang is reported
     failed_nodes: frozenset[str] = frozenset()  # Slurm nodes DOWN or not responding
+    # how long a Pod waits, gated, for its allocated Node to show the GPUs it asks for before
+    # the job is given back to Slurm (a device plugin re-registering after a kubelet restart
+    # briefly reports none)
+    gpu_grace: float = 60.0
 
 
 def needs_node_states(u: Unit, job_of: JobOf) -> bool:
@@ -329,6 +334,9 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
                                f"Slurm allocated {slurm_node} but Node {ref.name} is cordoned; "
                                f"cancelled job {job.job_id}"
                                + (", the group waits again" if u.gang else " and resubmitted"))
+        lack = lacks_gpus(p, ref)
+        if lack is not None:
+            return _node_lacks_gpus(u, job, claim, holders, w, p, slurm_node, ref, lack)
         binds.append(Bind(p, ref.name, slurm_node))
     if binds:
         return Decision(BIND, binds=tuple(binds), job=job, reason=contract.EV_BOUND,
@@ -341,6 +349,23 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
         if stale_status(holders[0], st):
             return Decision(STATUS, members=holders[:1], status=st, job=job)
     return Decision(NOTHING)
+
+
+def _node_lacks_gpus(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: World,
+                     p: Pod, slurm_node: str, ref: NodeRef, lack: str) -> Decision:
+    """Never bind there. Wait a while gated (the Node may be about to report them), then give
+    the job back and start over: holding a whole node for a Pod that cannot run on it helps
+    nobody."""
+    what = f"Slurm allocated {slurm_node} but Node {ref.name} {lack}"
+    waited = w.now - job.start_time if job.start_time else 0.0
+    if waited < w.gpu_grace:
+        return Decision(WAIT, members=(p,), requeue_after=max(0.5, w.gpu_grace - waited),
+                        reason=contract.EV_NODE_LACKS_GPUS,
+                        message=f"{what}; the Pod stays gated and job {job.job_id} is given "
+                                f"back if the Node still lacks them after {w.gpu_grace:.0f}s")
+    return _start_over(u, job, claim, holders, contract.EV_NODE_LACKS_GPUS,
+                       f"{what}; cancelled job {job.job_id}"
+                       + (", the group waits again" if u.gang else " and resubmitted"))
 
 
 def bind_message(d: Decision, b: Bind, gang: bool) -> str:

@@ -109,7 +109,8 @@ class Index:
         slurm_name = after[0] if after else None
         requests = []
         if after is not None and slurm_name:
-            self.node_for[slurm_name] = NodeRef(key, after[1])
+            self.node_for[slurm_name] = NodeRef(key, after.unschedulable, after.gpus,
+                                                after.gpu_type)
             self.slurm_of[key] = slurm_name
             # Pods waiting on this node (e.g. it just appeared) get another look
             for claim, job in jobs.items():

@@ -4,26 +4,43 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from slurmgate import contract, scontrol
+from slurmgate import contract, quantity, scontrol
 from slurmgate.binder import metrics
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.logs import kv
+from slurmgate.podrequest import GPU_RESOURCES
 from slurmgate.slurm import NodeInfo, SlurmClient
 
 log = logging.getLogger("slurmgate.nodesync")
 CACHE_SECONDS = 1.0
 
 
-def node_view(node: dict[str, Any] | None) -> tuple[str | None, bool] | None:
-    """What the binder reads of a Node: its Slurm node label and cordon. kwok's and kubelets'
-    status heartbeats change neither, so they need no work."""
+class NodeView(NamedTuple):
+    slurm_node: str | None
+    unschedulable: bool
+    gpus: int  # allocatable nvidia.com/gpu + amd.com/gpu
+    gpu_type: str | None  # label slurmgate.io/gpu-type
+
+
+def node_view(node: dict[str, Any] | None) -> NodeView | None:
+    """What the binder reads of a Node: its Slurm node label, cordon and GPUs. kwok's and
+    kubelets' status heartbeats change none of them, so they need no work."""
     if node is None:
         return None
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(contract.NODE_LABEL), bool((node.get("spec") or {}).get("unschedulable"))
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    gpus = 0
+    for g in GPU_RESOURCES:
+        try:
+            gpus += int(quantity.parse(alloc.get(g, "0")))
+        except quantity.QuantityError:
+            pass  # a Node that states no sane count offers no GPUs
+    return NodeView(labels.get(contract.NODE_LABEL),
+                    bool((node.get("spec") or {}).get("unschedulable")), gpus,
+                    labels.get(contract.NODE_GPU_TYPE_LABEL))
 
 
 FAILED_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING", "ERROR", "NOT_RESPONDING"})

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract
+from slurmgate import contract, podrequest
 from slurmgate.kube import parse_time
 from slurmgate.slurm import RELEASED_STATES, STOPPING_STATES, JobInfo
 
@@ -24,6 +24,8 @@ class NodeRef:
     """A Kubernetes Node as the decision needs it, found by its Slurm node label."""
     name: str
     unschedulable: bool
+    gpus: int = 0  # allocatable GPUs (nvidia.com/gpu, amd.com/gpu)
+    gpu_type: str | None = None  # label slurmgate.io/gpu-type; None = unlabelled
 
 
 def ann(pod: Pod) -> dict[str, str]:
@@ -166,3 +168,17 @@ def group_pending_condition(group: str, size: int) -> Condition:
             "reason": contract.COND_REASON_GROUP_PENDING,
             "message": f"waiting for all {size} members of group {group}; its Slurm job is "
                        f"submitted then (the Pod stays gated by {contract.GATE})"}
+
+
+def lacks_gpus(p: Pod, ref: NodeRef) -> str | None:
+    """What the Node lacks of the GPUs the Pod asks for, or None. Slurm counted its own gres;
+    the kubelet admits the Pod by the Node's allocatable, and a Pod bound where that is short
+    fails (OutOfnvidia.com/gpu) instead of running. A Node without the type label is trusted:
+    the type is Slurm's notion, and Slurm matched it."""
+    gpus, kind = podrequest.gpus_of(p)
+    if gpus and ref.gpus < gpus:
+        return f"has {ref.gpus} allocatable GPUs, the Pod requests {gpus}"
+    if kind and ref.gpu_type is not None and ref.gpu_type != kind:
+        return (f"has GPUs of type {ref.gpu_type} ({contract.NODE_GPU_TYPE_LABEL}), the Pod "
+                f"asks for {kind}")
+    return None

@@ -158,6 +158,7 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
         "BINDER_ORPHAN_GRACE": "10",
         "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
+        "BINDER_GPU_GRACE": "8",  # test_gpus waits for a job given back from a short Node
     }
     b.env["SLURM_PUSH_TOKEN_FILE"] = str(push_hook(local, run_dir))
     if not local.slurm.root:

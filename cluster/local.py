@@ -25,6 +25,7 @@ DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
 PORT_OFFSET = int(os.environ.get("SLURMGATE_PORT_OFFSET", "0"))
 SLURMD_MEMORY = "1Gi"  # what each Node keeps for its slurmd container
 SLURM_NS = "slurm-system"
+GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def k8s_node_name(slurm_node: str) -> str:
@@ -69,21 +70,22 @@ def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
                          "metadata": {"name": SLURM_NS}}]
     for n in s.nodes:
         name = k8s_node_name(n)
+        resources = {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi", "pods": "110"}
+        labels = {"type": "kwok", "kubernetes.io/hostname": name, contract.NODE_LABEL: n}
+        if n in s.gpu_nodes:
+            # what the NVIDIA device plugin would advertise, and the type Slurm knows it by
+            resources[GPU_RESOURCE] = str(s.gpus_per_node)
+            if s.gpu_type:
+                labels[contract.NODE_GPU_TYPE_LABEL] = s.gpu_type
         objs.append({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
                 "name": name,
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"type": "kwok", "kubernetes.io/hostname": name,
-                           contract.NODE_LABEL: n},
+                "labels": labels,
             },
             "spec": {"taints": [contract.TAINT]},
-            "status": {
-                "allocatable": {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi",
-                                "pods": "110"},
-                "capacity": {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi",
-                             "pods": "110"},
-            },
+            "status": {"allocatable": dict(resources), "capacity": dict(resources)},
         })
         k, v = contract.SLURMD_POD_LABEL.split("=")
         objs.append({
@@ -129,9 +131,12 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
 
 
 def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16000,
-       node_cpus: int = 8, slurm_version: str | None = None) -> Local:
+       node_cpus: int = 8, slurm_version: str | None = None, gpu_nodes: int = 2,
+       gpus_per_node: int = 4, gpu_type: str = "a100") -> Local:
     """Start Slurm (release: `slurm_version`, else $SLURM_VERSION, else the newest) and the
-    Kubernetes control plane, one kwok Node per Slurm node."""
+    Kubernetes control plane, one kwok Node per Slurm node. The last `gpu_nodes` (at most
+    half) have `gpus_per_node` GPUs of `gpu_type` in Slurm (gres) and on their Node
+    (nvidia.com/gpu, label slurmgate.io/gpu-type)."""
     down(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -140,7 +145,8 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
     try:
         s = slurm.start(run_dir / "slurm", n_nodes=nodes, cpus=node_cpus,
                         memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET,
-                        version=slurm_version)
+                        version=slurm_version, gpu_nodes=gpu_nodes,
+                        gpus_per_node=gpus_per_node, gpu_type=gpu_type)
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET)
         _register_nodes(k, s)
     except BaseException:
@@ -168,9 +174,10 @@ def main() -> None:
     ap.add_argument("action", choices=["up", "down", "env"])
     ap.add_argument("--dir", type=Path, default=DEFAULT_RUN_DIR)
     ap.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NODES", "4")))
+    ap.add_argument("--gpu-nodes", type=int, default=2, help="the last N nodes get GPUs")
     a = ap.parse_args()
     if a.action == "up":
-        local = up(a.dir, a.nodes)
+        local = up(a.dir, a.nodes, gpu_nodes=a.gpu_nodes)
         print(f"kubeconfig:     {local.kube.kubeconfig}")
         print(f"Slurm:          {local.slurm.version}")
         print(f"slurmrestd:     {local.slurm.rest_url}")

@@ -34,7 +34,7 @@ from typing import Any
 from cluster import proc, slurm_accounting, slurm_release
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
-from cluster.slurm_conf import slurm_conf_text
+from cluster.slurm_conf import GpuLayout, gpu_files, gres_conf_text, slurm_conf_text
 from cluster.slurm_stop import stop
 
 __all__ = ["ClusterError", "SlurmCluster", "load", "start", "stop", "throwaway"]
@@ -59,9 +59,15 @@ def start(
     timeout: float = 60.0,
     version: str | None = None,
     accounting: bool = True,
+    gpu_nodes: int = 2,
+    gpus_per_node: int = 4,
+    gpu_type: str = "a100",
 ) -> SlurmCluster:
     """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
     and slurmrestd; return when all are ready.
+
+    The last `gpu_nodes` nodes (at most half of them) get `gpus_per_node` GPUs of `gpu_type`
+    ("" = untyped) as gres; gpu_nodes=0 for none.
 
     Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20, slurmdbd base+21,
     MariaDB base+22.
@@ -74,6 +80,8 @@ def start(
         stop(run_dir)  # a previous cluster in the same dir: never leave two running
     _check_ports_free(base_port, n_nodes, accounting)
     c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
+    gpus = GpuLayout.last(c.nodes, gpu_nodes, gpus_per_node, gpu_type)
+    c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
     _prepare_dirs(c)
     if not root:
         _ensure_rest_user()
@@ -222,13 +230,22 @@ def _start_munged(c: SlurmCluster) -> None:
 
 def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
                   grace_time: int, accounting: bool) -> None:
-    """jwt.key, slurm.conf and the release's cgroup.conf, read by slurmctld and slurmd."""
+    """jwt.key, slurm.conf, gres.conf and the release's cgroup.conf, read by slurmctld and
+    slurmd."""
     proc.write_private(c.run_dir / "jwt.key", os.urandom(32), 0o600)
     acct = slurm_accounting.conf_lines(base_port, _munge_socket(c)) if accounting else ""
+    gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
                                       base_port, _munge_socket(c), c.cluster_name, grace_time,
-                                      acct))
+                                      acct, gpus))
     c.conf.chmod(0o644)
+    dev_dir = c.run_dir / "gpu-dev"
+    dev_dir.mkdir(exist_ok=True)
+    for f in gpu_files(dev_dir, gpus):
+        f.unlink(missing_ok=True)
+        f.symlink_to("/dev/null")
+    (c.run_dir / "gres.conf").write_text(gres_conf_text(gpus, dev_dir))
+    (c.run_dir / "gres.conf").chmod(0o644)
     hook_dir = c.run_dir / "hook"
     (hook_dir / "slurmgate").mkdir(parents=True, exist_ok=True)
     shutil.copy2(HOOK, hook_dir / "slurmgate-notify")  # inside the run dir: a root sees it
@@ -323,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-port", type=int, default=16800)
     ap.add_argument("--grace-time", type=int, default=20)
     ap.add_argument("--version", default=None, help="22.05, 24.11 or 26.05 ($SLURM_VERSION)")
+    ap.add_argument("--gpu-nodes", type=int, default=2,
+                    help="the last N nodes (at most half) get GPUs (gres gpu)")
+    ap.add_argument("--gpus-per-node", type=int, default=4)
+    ap.add_argument("--gpu-type", default="a100", help='gres type; "" for untyped GPUs')
     ap.add_argument("--no-accounting", action="store_true",
                     help="no slurmdbd/MariaDB (AccountingStorageType=accounting_storage/none)")
     a = ap.parse_args(argv)
@@ -337,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         c = start(a.dir, a.nodes, a.cpus, a.memory_mb, a.base_port, grace_time=a.grace_time,
-                  version=a.version, accounting=not a.no_accounting)
+                  version=a.version, accounting=not a.no_accounting, gpu_nodes=a.gpu_nodes,
+                  gpus_per_node=a.gpus_per_node, gpu_type=a.gpu_type)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -346,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"token_file={c.token_file}")
     print(f"SLURM_CONF={c.conf}")
     print(f"nodes={','.join(c.nodes)}")
+    print(f"gpu_nodes={','.join(c.gpu_nodes)} (gpu:{c.gpu_type}:{c.gpus_per_node})")
     print(f"cli: {c.run_dir / 'bin'} ({', '.join(CLI_TOOLS)})")
     return 0
 

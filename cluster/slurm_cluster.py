@@ -36,6 +36,10 @@ class SlurmCluster:
     version: str = "22.05"
     # The chroot the daemons and CLI run in ("" = the host's own Slurm).
     root: str = ""
+    # Nodes with `gpu` gres (slurm.conf Gres=, gres.conf), and their count and type
+    gpu_nodes: list[str] = field(default_factory=list)
+    gpus_per_node: int = 0
+    gpu_type: str = ""
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""

@@ -24,8 +24,11 @@ A_ACCOUNT = f"{DOMAIN}/account"
 A_TIME_LIMIT = f"{DOMAIN}/time-limit"  # Slurm syntax: MM, HH:MM:SS, D-HH[:MM[:SS]]
 A_CONSTRAINT = f"{DOMAIN}/constraint"  # Slurm feature expression, e.g. "a100&ib"
 A_PRIORITY = f"{DOMAIN}/nice"  # Slurm nice value, -10000..10000 (negative needs privilege)
+# Slurm's gres type of the GPUs a Pod requests (nvidia.com/gpu: N -> gres gpu:<type>:N)
+A_GPU_TYPE = f"{DOMAIN}/gpu-type"
 
-SLURM_OPTIONS = (A_PARTITION, A_QOS, A_ACCOUNT, A_TIME_LIMIT, A_CONSTRAINT, A_PRIORITY)
+SLURM_OPTIONS = (A_PARTITION, A_QOS, A_ACCOUNT, A_TIME_LIMIT, A_CONSTRAINT, A_PRIORITY,
+                 A_GPU_TYPE)
 
 # --- gangs: Pods that need their Nodes all at once (one Slurm job with --nodes=N) ---
 A_GROUP = f"{DOMAIN}/group"  # group name, unique within the namespace
@@ -66,6 +69,8 @@ EV_BOUND = "Bound"
 EV_DISPLACED = "DisplacedSlurmJob"  # the Pod's placeholder preempted a batch job on its node
 EV_NODE_NOT_FOUND = "NodeNotFound"  # Slurm allocated a node no Kubernetes Node is labelled with
 EV_NODE_CORDONED = "NodeCordoned"
+# Slurm allocated a node whose Kubernetes Node lacks the GPUs (count or type) the Pod asks for
+EV_NODE_LACKS_GPUS = "NodeLacksGPUs"
 EV_JOB_VANISHED = "SlurmJobVanished"
 EV_JOB_RELEASED = "SlurmJobReleased"  # the Pod ended or went away first: its job is cancelled
 # Why the Pod is evicted: the job ended. One per cause a user would act on differently.
@@ -87,6 +92,11 @@ EV_GROUP_RELEASED = "GroupReleased"
 # --- Nodes ---
 # Each Kubernetes Node that runs a slurmd carries the Slurm node name in this label.
 NODE_LABEL = f"{DOMAIN}/slurm-node"
+# The GPU type (Slurm's gres type, e.g. a100) of a Node's GPUs, set by whoever labels the Node.
+# Our own label, not NVIDIA's nvidia.com/gpu.product: that one holds the marketing name
+# (NVIDIA-A100-SXM4-80GB), while a Pod asks for and Slurm schedules by the gres type. The binder
+# refuses a Node whose label names another type than the Pod asked for.
+NODE_GPU_TYPE_LABEL = f"{DOMAIN}/gpu-type"
 # slurmd Pods are found by this label; their memory request is what a Node keeps for slurmd.
 SLURMD_POD_LABEL = "app.kubernetes.io/name=slurmd"
 # Every Node with a slurmd carries this taint, so that no Pod but ours (which get the

@@ -12,7 +12,29 @@ from slurmgate import contract, quantity
 from slurmgate.podrequest import GPU_RESOURCES, effective_requests
 from slurmgate.slurm import NodeInfo, PartitionInfo
 
-_GRES_GPU = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+# One gres of a node's list: name[:type]:count, optionally followed by "(S:0-1)" (sockets) or
+# "(IDX:...)"; every release lists them comma-separated, as in "gpu:a100:4(S:0),gpu:v100:2".
+_GRES_ITEM = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)(?:\(.*\))?$")
+
+
+def gpus_by_type(gres: str | None) -> dict[str, int]:
+    """GPUs of a Slurm node's gres string, by type ("" = untyped): {"a100": 4}."""
+    out: dict[str, int] = {}
+    depth, item, items = 0, "", []
+    for ch in gres or "":  # split on the commas outside parentheses: "(S:0,1)" is one item
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            items.append(item)
+            item = ""
+        else:
+            item += ch
+    items.append(item)
+    for raw in items:
+        m = _GRES_ITEM.match(raw.strip())
+        if m and m["name"] == "gpu":
+            kind = m["type"] or ""
+            out[kind] = out.get(kind, 0) + int(m["count"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -26,6 +48,14 @@ class NodeCapacity:
     slurmd_memory_mib: int  # the slurmd container's request on that Node
     partitions: tuple[str, ...]
     unschedulable: bool
+    # Slurm's GPUs by gres type ("" = untyped), each capped by the Node's allocatable GPUs
+    gpu_types: tuple[tuple[str, int], ...] = ()
+
+    def gpus_of(self, kind: str | None) -> int:
+        """GPUs a Pod asking for type `kind` (None = any) can have here."""
+        if kind is None:
+            return self.gpus
+        return next((n for t, n in self.gpu_types if t == kind), 0)
 
 
 @dataclass
@@ -78,7 +108,8 @@ class NodeMap:
             node_mib = quantity.to_mib_ceil(quantity.parse(alloc.get("memory", "0")))
             node_mcpu = int(quantity.parse(alloc.get("cpu", "0")) * 1000)
             k8s_gpus = sum(int(quantity.parse(alloc.get(g, "0"))) for g in GPU_RESOURCES)
-            slurm_gpus = sum(int(m) for m in _GRES_GPU.findall(sn.gres or ""))
+            by_type = gpus_by_type(sn.gres)
+            slurm_gpus = sum(by_type.values())
             sd_mib, sd_mcpu = kept.get(name, (0, 0))
             out.nodes[sn.name] = NodeCapacity(
                 slurm_node=sn.name, k8s_node=name,
@@ -88,6 +119,7 @@ class NodeMap:
                 node_memory_mib=node_mib, slurmd_memory_mib=sd_mib,
                 partitions=sn.partitions,
                 unschedulable=bool((kn.get("spec") or {}).get("unschedulable")),
+                gpu_types=tuple(sorted((t, min(n, k8s_gpus)) for t, n in by_type.items() if t)),
             )
             out.by_k8s[name] = sn.name
         return out

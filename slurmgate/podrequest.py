@@ -20,6 +20,8 @@ MAX_TIME_LIMIT_MINUTES = 366 * 24 * 60
 MAX_NICE = 10_000
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# A gres type goes into "gres/gpu:<type>:N": no colon, comma or slash may reach Slurm.
+_GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # Slurm feature expressions: names joined by & | , with [] () grouping and *N counts.
 _CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.&|,()\[\]*:-]{1,256}$")
 _TIME_RE = re.compile(
@@ -54,6 +56,8 @@ class PodRequest:
     # The Slurm user the job runs as: set only by the tenancy policy (slurmgate.tenancy), never
     # from the Pod; None = the service's SLURM_USER.
     user: str | None = None
+    # Slurm's gres type of the GPUs (annotation slurmgate.io/gpu-type); None = any type
+    gpu_type: str | None = None
 
 
 def parse_time_limit(text: str) -> int:
@@ -202,6 +206,12 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
             raise PodRequestError(f"metadata.annotations[{contract.A_PRIORITY}]",
                                   f"must be between -{MAX_NICE} and {MAX_NICE}")
 
+    gpu_type = _text(ann, contract.A_GPU_TYPE, _GPU_TYPE_RE)
+    if gpu_type is not None and not gpus:
+        raise PodRequestError(f"metadata.annotations[{contract.A_GPU_TYPE}]",
+                              f"names GPU type {gpu_type!r} but the Pod requests no GPUs "
+                              f"({' or '.join(GPU_RESOURCES)})")
+
     grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
     if not isinstance(grace, int) or isinstance(grace, bool):
         grace = 30
@@ -216,4 +226,23 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
         constraint=_text(ann, contract.A_CONSTRAINT, _CONSTRAINT_RE),
         nice=nice,
         termination_grace_seconds=grace,
+        gpu_type=gpu_type,
     )
+
+
+def gpus_of(pod: dict[str, Any]) -> tuple[int, str | None]:
+    """(GPUs, type) a Pod asks for, for the binder's check of a Node; (0, None) for a Pod whose
+    requests cannot be read (admission refused those already)."""
+    try:
+        req = effective_requests(pod)
+    except PodRequestError:
+        return 0, None
+    gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
+    value = _annotations_or_empty(pod).get(contract.A_GPU_TYPE)
+    kind = value if isinstance(value, str) and _GPU_TYPE_RE.match(value) else None
+    return int(gpus), kind if gpus else None
+
+
+def _annotations_or_empty(pod: dict[str, Any]) -> dict[str, Any]:
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return ann if isinstance(ann, dict) else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurmgate import contract
 from slurmgate.nodemap import NodeMap
 from slurmgate.podrequest import PodRequest
 
@@ -40,8 +41,15 @@ def check_fit(req: PodRequest, nodes: NodeMap) -> Verdict:
             f"{partition!r}'s preemption GraceTime of {grace}s: if Slurm preempts this Pod, "
             f"it ends the placeholder before the Pod has stopped, and the next job may start "
             f"beside it; set it to at most {grace}",)
-    fitting = [c for c in candidates
-               if c.memory_mib >= req.memory_mib and c.cpus >= req.cpus and c.gpus >= req.gpus]
+    kind = req.gpu_type
+    if kind is not None and not any(c.gpus_of(kind) for c in candidates):
+        types = sorted({t for c in candidates for t, n in c.gpu_types if n})
+        return Verdict(False, "UnknownGPUType",
+                       f"GPU type {kind!r} ({contract.A_GPU_TYPE}) is on no Slurm node of "
+                       f"partition {partition!r} with a Kubernetes Node that has GPUs (types "
+                       f"there: {', '.join(types) or 'none'})", warnings)
+    fitting = [c for c in candidates if c.memory_mib >= req.memory_mib and c.cpus >= req.cpus
+               and c.gpus_of(kind) >= req.gpus]
     if fitting:
         return Verdict(True, warnings=warnings)
     best_mem = max(candidates, key=lambda c: c.memory_mib)
@@ -57,11 +65,14 @@ def check_fit(req: PodRequest, nodes: NodeMap) -> Verdict:
         return Verdict(False, "CPUTooLarge",
                        f"cpu request {req.cpus} fits on no Slurm node of partition "
                        f"{partition!r} (at most {most} beside slurmd)", warnings)
-    if all(c.gpus < req.gpus for c in candidates):
-        most = max(c.gpus for c in candidates)
+    if all(c.gpus_of(kind) < req.gpus for c in candidates):
+        best = max(candidates, key=lambda c: c.gpus_of(kind))
+        what = f"{kind} GPUs" if kind else "GPUs"
         return Verdict(False, "GPUTooLarge",
-                       f"GPU request {req.gpus} fits on no Slurm node of partition "
-                       f"{partition!r} (at most {most})", warnings)
+                       f"request of {req.gpus} {what} fits on no Slurm node of partition "
+                       f"{partition!r}: the most any node has is {best.gpus_of(kind)} (Slurm "
+                       f"node {best.slurm_node}, Node {best.k8s_node})", warnings)
+    gpus = f"{req.gpus} {kind} GPUs" if kind else f"{req.gpus} GPUs"
     return Verdict(False, "NoSingleNodeFits",
                    f"no single Slurm node of partition {partition!r} has memory "
-                   f"{req.memory_mib}Mi, {req.cpus} CPUs and {req.gpus} GPUs at once", warnings)
+                   f"{req.memory_mib}Mi, {req.cpus} CPUs and {gpus} at once", warnings)

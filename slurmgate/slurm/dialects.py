@@ -51,7 +51,7 @@ class Dialect:
     environment_list: bool
     # Node count: minimum_nodes/maximum_nodes (else an integer `nodes`).
     node_range: bool
-    # GPUs: tres_per_node "gres/gpu:N" (else gres "gpu:N").
+    # GPUs: tres_per_node "gres/gpu[:type]:N" (else gres "gpu[:type]:N").
     gpus_as_tres: bool
     # The server's clock for the next update_time: from the jobs answer's last_update (else
     # GET /diag req_time, taken BEFORE the list so it is never later than the list).
@@ -294,10 +294,11 @@ def submit_body(d: Dialect, spec: JobSpec) -> dict[str, Any]:
     else:
         job["nodes"] = spec.nodes
     if spec.gpus:
+        gres = f"gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gpu:{spec.gpus}"
         if d.gpus_as_tres:
-            job["tres_per_node"] = f"gres/gpu:{spec.gpus}"
+            job["tres_per_node"] = f"gres/{gres}"
         else:
-            job["gres"] = f"gpu:{spec.gpus}"
+            job["gres"] = gres
     if spec.time_limit_minutes is not None:
         job["time_limit"] = _number(d, spec.time_limit_minutes)
     for key, val in (

@@ -75,6 +75,8 @@ JOB_FLAG_PRECEDENCE = (
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
 # A Unix user name, as a header value can carry it (no spaces, no line breaks)
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# A gres type, as it goes between colons in gres/gpu:<type>:N
+_GRES_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class JobSpec:
     memory_mb: int
     cpus: int
     gpus: int = 0
+    gpu_type: str | None = None  # Slurm gres type (gpu:<type>:N); None = any
     nodes: int = 1
     partition: str | None = None
     qos: str | None = None
@@ -105,6 +108,8 @@ class JobSpec:
             raise ValueError(f"nodes must be > 0, got {self.nodes}")
         if self.gpus < 0:
             raise ValueError(f"gpus must be >= 0, got {self.gpus}")
+        if self.gpu_type is not None and not _GRES_TYPE_RE.match(self.gpu_type):
+            raise ValueError(f"gpu_type must be a gres type name, got {self.gpu_type[:40]!r}")
         if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
             raise ValueError(f"time_limit_minutes must be > 0, got {self.time_limit_minutes}")
         if self.user is not None and not _USER_RE.match(self.user):

@@ -41,7 +41,7 @@ def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec
     return JobSpec(
         name=f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200],
         comment=contract.job_comment(claim, namespace, display),
-        memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, nodes=1,
+        memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, gpu_type=r.gpu_type, nodes=1,
         partition=r.partition, qos=r.qos, account=r.account,
         time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
         user=r.user,

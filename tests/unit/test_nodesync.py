@@ -47,9 +47,9 @@ def test_node_action(cordoned: bool, sn: NodeInfo, want: str | None) -> None:
 
 def test_node_view_ignores_status() -> None:
     a, b = knode(), knode(heartbeat="2026-12-02T10:10:00Z")
-    assert a != b and node_view(a) == node_view(b) == ("n1", False)
-    assert node_view(knode(cordoned=True)) == ("n1", True)
-    assert node_view(knode(slurm="n2")) == ("n2", False)
+    assert a != b and node_view(a) == node_view(b) == ("n1", False, 0, None)
+    assert node_view(knode(cordoned=True)) == ("n1", True, 0, None)
+    assert node_view(knode(slurm="n2")) == ("n2", False, 0, None)
     assert node_view(None) is None
 
 
