@@ -103,8 +103,11 @@ class Env:
     # --- namespaces
     async def namespace(self, name: str) -> str:
         try:
+            # the unmarked floor's Pods tolerate the Slurm taint: allowed only in namespaces
+            # labelled as node infrastructure (slurmgate-taint-guard)
             await self.kube.create("/api/v1/namespaces", {
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {
+                    "name": name, "labels": {contract.INFRA_NAMESPACE_LABEL: "true"}}})
         except KubeError as e:
             if e.status != 409:
                 raise

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from slurmgate import contract, faults, podrequest, tenancy
+from slurmgate import contract, faults, podrequest, priorities, tenancy
 from slurmgate.binder import displaced, metrics
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.events import Recorder
@@ -150,10 +150,11 @@ class Actions:
 
     async def _tenant(self, namespace: str, r: podrequest.PodRequest,
                       pods: list[Pod]) -> podrequest.PodRequest | None:
-        """`r` as the tenancy policy lets it run (user set, account defaulted), or None after
-        telling the Pods why not: the policy may have changed since admission."""
+        """`r` as the tenancy policy lets it run (user set, account defaulted, what the first
+        Pod's PriorityClass gives applied, as the webhook did), or None after telling the Pods
+        why not: the policy may have changed since admission."""
         try:
-            return tenancy.check(self.policy(), namespace, r)
+            return tenancy.check(self.policy(), namespace, r, *priorities.of_pod(pods[0]))
         except tenancy.TenancyDenied as e:
             metrics.TENANCY_DENIED.labels(e.reason).inc()
             log.warning("tenancy policy refuses the submit; will look again",
@@ -220,7 +221,8 @@ class Actions:
             claim = contract.claim_from_comment(adopted.comment) or ""
             job_id = adopted.job_id
         else:
-            # every member is in `ns`; the job carries the first member's options (as before)
+            # every member is in `ns`; the job carries the first member's options (as before),
+            # its PriorityClass's mapping included
             allowed = await self._tenant(ns, r, members)
             if allowed is None:
                 return TENANCY_RETRY

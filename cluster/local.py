@@ -66,8 +66,10 @@ def kubectl(kc: kube.KubeCluster, *args: str, stdin: str | None = None,
 
 
 def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
+    # slurmd is node infrastructure: its Pods tolerate the Slurm taint (slurmgate-taint-guard)
     objs: list[dict] = [{"apiVersion": "v1", "kind": "Namespace",
-                         "metadata": {"name": SLURM_NS}}]
+                         "metadata": {"name": SLURM_NS,
+                                      "labels": {contract.INFRA_NAMESPACE_LABEL: "true"}}}]
     for n in s.nodes:
         name = k8s_node_name(n)
         resources = {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi", "pods": "110"}

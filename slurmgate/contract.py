@@ -108,6 +108,10 @@ TAINT_KEY = f"{DOMAIN}/slurm-managed"
 TAINT_EFFECT = "NoExecute"
 TAINT = {"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT}
 TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
+# Only our Pods may tolerate that taint (the ValidatingAdmissionPolicy slurmgate-taint-guard,
+# kustomize/base/webhook-config): anything else tolerating it could preempt them. Node
+# infrastructure (slurmd, DaemonSets) runs in namespaces the operator labels with this.
+INFRA_NAMESPACE_LABEL = f"{DOMAIN}/node-infrastructure"
 # Prefix of the Slurm drain reason we set on cordon; resume touches only nodes with it.
 DRAIN_REASON_PREFIX = "slurmgate: cordoned"
 

@@ -12,6 +12,7 @@ The policy is the key ``tenancy.yaml`` of a ConfigMap (env TENANCY_CONFIGMAP=nam
         qos: [normal]                     # QOS a Pod may name; absent/empty: none
         partitions: [k8s]                 # partitions a job may go to; absent: any
     default: deny                         # or a tenant body without `namespaces`
+    priorityClasses: {}                   # PriorityClass -> QOS/partition/nice (priorities.py)
 
 Decisions, so that nothing is left to guess:
 
@@ -32,12 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from slurmgate import contract
+from slurmgate import contract, priorities
 from slurmgate.podrequest import PodRequest
 
 POLICY_KEY = "tenancy.yaml"
@@ -98,6 +100,8 @@ class Tenant:
 class Policy:
     tenants: tuple[Tenant, ...] = ()
     default: Tenant | None = None  # None: deny every namespace in no tenant
+    # PriorityClass name (or priorities.ANY) -> what it gives the job (slurmgate.priorities)
+    priority_classes: dict[str, priorities.Rule] = field(default_factory=dict, hash=False)
     _by_namespace: dict[str, Tenant] = field(default_factory=dict, compare=False, repr=False,
                                              hash=False)
 
@@ -180,7 +184,7 @@ def parse(text: str) -> Policy:
         raise PolicyError("", f"not valid YAML: {e}") from None
     if doc is None:
         raise PolicyError("", "the policy document is empty")
-    _check_keys(doc, "", ("tenants", "default"))
+    _check_keys(doc, "", ("tenants", "default", "priorityClasses"))
     raw_tenants = doc.get("tenants") or []
     if not isinstance(raw_tenants, list):
         raise PolicyError("tenants", "must be a list")
@@ -208,7 +212,11 @@ def parse(text: str) -> Policy:
             raise PolicyError("default", "must be `deny` or a tenant body (user, account, ...)")
         _check_keys(raw_default, "default", _BODY_KEYS)
         default = _body(raw_default, "default", ())
-    return Policy(tuple(tenants), default, by_namespace)
+    try:
+        rules = priorities.parse(doc.get("priorityClasses"))
+    except priorities.RuleError as e:
+        raise PolicyError(e.path, e.detail) from None
+    return Policy(tuple(tenants), default, rules, by_namespace)
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -223,9 +231,18 @@ def _allowed(names: frozenset[str] | tuple[str, ...]) -> str:
     return ", ".join(sorted(names)) or "none"
 
 
-def admit(policy: Policy, namespace: str, req: PodRequest) -> PodRequest:
-    """The request as the policy lets it run: `user` set, `account` (and, when the tenant
-    lists partitions and nothing chose one, `partition`) defaulted. Raises TenancyDenied."""
+def admit(policy: Policy, namespace: str, req: PodRequest, priority_class: str | None = None,
+          asked: Collection[str] = ()) -> PodRequest:
+    """The request as the policy lets it run: what the Pod's PriorityClass gives applied
+    (slurmgate.priorities; `asked`: the Slurm option annotations the Pod names), `user` set,
+    `account` (and, when the tenant lists partitions and nothing chose one, `partition`)
+    defaulted. Raises TenancyDenied (a PriorityClass conflict too, with its own reason)."""
+    try:
+        req, came_from = priorities.apply(policy.priority_classes, priority_class, req, asked)
+    except priorities.PriorityDenied as e:
+        raise TenancyDenied(e.reason, e.message) from None
+    # a mapped value the tenant may not use is refused like an annotation, naming the class
+    src = {k: f"from {v}" for k, v in came_from.items()}
     tenant = policy.resolve(namespace)
     if tenant is None:
         raise TenancyDenied(NAMESPACE_NOT_IN_TENANCY,
@@ -241,27 +258,29 @@ def admit(policy: Policy, namespace: str, req: PodRequest) -> PodRequest:
     if req.qos is not None and req.qos not in tenant.qos:
         raise TenancyDenied(QOS_NOT_ALLOWED,
                             f"namespace {_q(namespace)} may not use QOS {_q(req.qos)} "
-                            f"({contract.A_QOS}); allowed: {_allowed(tenant.qos)}")
+                            f"({src.get('qos', contract.A_QOS)}); allowed: {_allowed(tenant.qos)}")
     partition = req.partition
     if tenant.partitions is not None:
         if partition is None:
             partition = tenant.partitions[0]
         elif partition not in tenant.partitions:
+            where = src.get("partition",
+                            f"{contract.A_PARTITION}, or the webhook's DEFAULT_PARTITION")
             raise TenancyDenied(PARTITION_NOT_ALLOWED,
                                 f"namespace {_q(namespace)} may not use partition {_q(partition)} "
-                                f"({contract.A_PARTITION}, or the webhook's "
-                                f"DEFAULT_PARTITION); allowed: {_allowed(tenant.partitions)}")
+                                f"({where}); allowed: {_allowed(tenant.partitions)}")
     return dataclasses.replace(req, user=tenant.user, account=account, partition=partition)
 
 
-def check(state: PolicyState, namespace: str, req: PodRequest) -> PodRequest:
+def check(state: PolicyState, namespace: str, req: PodRequest,
+          priority_class: str | None = None, asked: Collection[str] = ()) -> PodRequest:
     """`admit` under whatever the source knows: disabled lets everything through unchanged
     (every job as SLURM_USER, as before tenancy); every other state without a policy fails
     closed."""
     if state.status == DISABLED:
         return req
     if state.policy is not None:  # ready, or invalid with the last good policy kept
-        return admit(state.policy, namespace, req)
+        return admit(state.policy, namespace, req, priority_class, asked)
     if state.status == MISSING:
         raise TenancyDenied(POLICY_MISSING, f"the tenancy policy is missing ({state.error}); "
                             "Pods on Slurm are refused until an operator provides it")

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, faults, groups, podrequest, tenancy
+from slurmgate import contract, faults, groups, podrequest, priorities, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
@@ -180,8 +180,8 @@ class Admitter:
             return self._deny(uid, e.reason, str(e))
         # Before the fit check (it sees the tenant's partition) and for gang members too,
         # whose job the binder submits later: a forbidden gang is refused up front.
-        try:
-            r = tenancy.check(self._policy(), namespace, r)
+        try:  # the Pod's PriorityClass too (slurmgate.priorities), before the tenant's check
+            r = tenancy.check(self._policy(), namespace, r, *priorities.of_pod(pod))
         except tenancy.TenancyDenied as e:
             return self._deny(uid, e.reason, e.message)
         nodes = self._nodemap()
@@ -264,7 +264,7 @@ class Admitter:
         log.info("placeholder job submitted",
                  extra=kv(pod=f"{namespace}/{display}", job=job_id, claim=claim,
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
-                          user=r.user, account=r.account))
+                          user=r.user, account=r.account, qos=r.qos, nice=r.nice))
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                          warnings=tuple(warnings))
 

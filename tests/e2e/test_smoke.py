@@ -33,10 +33,14 @@ def test_apiserver_ready_and_nodes_mapped(local: Local, admin: Kubectl) -> None:
 
 def test_kube_scheduler_binds_and_kwok_runs(admin: Kubectl, ns: str) -> None:
     # every kwok Node runs a slurmd and is tainted (test_slurm_nodes.py): this Pod, which only
-    # checks the control plane, tolerates the taint
-    admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
-                 "spec": {"containers": [{"name": "c", "image": "x"}],
-                          "tolerations": [contract.TOLERATION]}}, "-n", ns)
+    # checks the control plane, tolerates the taint, which only node infrastructure may
+    admin.run("label", "namespace", ns, f"{contract.INFRA_NAMESPACE_LABEL}=true")
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+             "spec": {"containers": [{"name": "c", "image": "x"}],
+                      "tolerations": [contract.TOLERATION]}}
+    # the API server's namespace cache sees the label a moment later
+    wait_until("plain Pod admitted", lambda: admin.apply(
+        plain, "-n", ns, check=False).returncode == 0, 10)
     pod = wait_until("plain Pod Running", lambda: (
         p := admin.get("pod", "plain", ns))["status"].get("phase") == "Running" and p, 60)
     assert pod["spec"]["nodeName"].startswith("kwok-")

@@ -93,8 +93,29 @@ def test_renders(tree: Path, target: str) -> None:
     assert docs
     for d in docs:
         if d["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                             "MutatingWebhookConfiguration"}:
+                             "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding"}:
             assert d["metadata"]["namespace"] == NS, d["metadata"]
+
+
+@pytest.mark.parametrize("target", ["base"] + [f"overlays/{o}" for o in OVERLAYS])
+def test_taint_guard_is_deployed(tree: Path, target: str) -> None:
+    """Only our Pods may tolerate the Slurm taint (else a Pod could preempt them there); the
+    names in its CEL are the contract's."""
+    docs = render(tree, target)
+    vap = one(docs, "ValidatingAdmissionPolicy")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    cel = " ".join(v["expression"] for v in vap["spec"]["variables"])
+    for name in (contract.TAINT_KEY, contract.MARK_LABEL, contract.MARK_VALUE,
+                 contract.SCHEDULER_NAME, contract.TAINT_EFFECT):
+        assert f"'{name}'" in cel, name
+    exprs = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert {"key": contract.INFRA_NAMESPACE_LABEL, "operator": "DoesNotExist"} in exprs
+    (ops,) = [r["operations"] for r in vap["spec"]["matchConstraints"]["resourceRules"]]
+    assert ops == ["CREATE", "UPDATE"]
 
 
 def test_overlays_exist() -> None:
@@ -175,7 +196,8 @@ def test_local_has_no_workload(tree: Path) -> None:
     kinds = sorted(d["kind"] for d in render(tree, "overlays/local"))
     assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                             "Role", "RoleBinding", "ConfigMap", "MutatingWebhookConfiguration",
-                            "Role", "RoleBinding", "ConfigMap"])  # + the tenancy policy's
+                            "Role", "RoleBinding", "ConfigMap",  # + the tenancy policy's
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
 
 
 def test_local_needs_generated(tmp_path: Path) -> None:
