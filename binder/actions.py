@@ -319,12 +319,13 @@ class Actions:
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
         await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
-        victim = self.jobs.recent_ends.before(slurm_node, t_start)
-        if victim is not None:
-            self._in_background(self._tell_displaced(pod, victim, slurm_node))
+        self._in_background(self._tell_displaced(pod, t_start, slurm_node))
 
-    async def _tell_displaced(self, pod: Pod, victim: int, slurm_node: str) -> None:
+    async def _tell_displaced(self, pod: Pod, started: float, slurm_node: str) -> None:
         """An Event naming the batch job Slurm preempted for this Pod (binder/displaced.py)."""
+        victim = await self.jobs.recent_ends.wait_before(slurm_node, started)
+        if victim is None:
+            return
         await self.after_binds()
         async with self._background_slots:
             try:

@@ -12,6 +12,7 @@ without the hook see no such Event; nothing else depends on it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -21,6 +22,9 @@ from slurmgate.slurm.models import JobInfo
 # A victim's end and the preemptor's start are seconds apart (the node frees, the scheduler's
 # next pass starts the preemptor); a job that ended longer ago than this did not make room.
 WINDOW = 60.0
+# slurmctld runs the victim's EpilogSlurmctld and the Pod's PrologSlurmctld side by side: under
+# load the victim's end can reach us after the Pod is bound. We wait this long for it.
+LATE = 5.0
 MAX_NODES = 100_000  # a bound on memory whatever pushes arrive
 
 
@@ -35,6 +39,7 @@ class RecentEnds:
 
     def __init__(self) -> None:
         self._by_node: dict[str, Ended] = {}
+        self._recorded: asyncio.Event | None = None  # set (and replaced) on every record
 
     def record(self, job_id: int, nodes: tuple[str, ...], at: float | None = None) -> None:
         when = time.time() if at is None else at
@@ -42,13 +47,33 @@ class RecentEnds:
             self._by_node = {n: e for n, e in self._by_node.items() if when - e.at < WINDOW}
         for n in nodes[:MAX_NODES]:
             self._by_node[n] = Ended(job_id, when)
+        if self._recorded is not None:
+            self._recorded.set()
+            self._recorded = None
 
     def before(self, node: str, started: float) -> int | None:
         """The job that ended on `node` within WINDOW before `started` (wall time)."""
         e = self._by_node.get(node)
-        if e is None or not (started - WINDOW <= e.at <= started + 1.0):
+        # the node was the Pod's alone from `started` on: an end a moment later is the victim's
+        # end pushed late, never another job's
+        if e is None or not (started - WINDOW <= e.at <= started + LATE):
             return None
         return e.job_id
+
+    async def wait_before(self, node: str, started: float, patience: float = LATE) -> int | None:
+        """before(), waiting up to `patience` seconds for an end pushed late."""
+        deadline = time.monotonic() + patience
+        while (found := self.before(node, started)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self._recorded is None:
+                self._recorded = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._recorded.wait(), left)
+            except TimeoutError:
+                return None
+        return found
 
 
 def how_displaced(job: JobInfo) -> str | None:

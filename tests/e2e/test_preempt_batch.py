@@ -33,13 +33,17 @@ class SharingWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_flag.is_set():
+            # Pods first: a binding is never undone here, so a Pod bound now is still bound
+            # when Slurm answers a moment later. The other order flags a job that ended in
+            # between, beside a Pod bound after it ended.
+            pods = self.admin.items("pods", ns=self.ns)
             busy: dict[str, str] = {}
             for r in squeue(self.local):
                 if (r["state"] in ("RUNNING", "COMPLETING") and r["nodes"]
                         and not r["comment"].startswith(contract.COMMENT_PREFIX)):
                     for n in hostlist.expand(r["nodes"]):
                         busy[k8s_node_name(n)] = r["id"]
-            for p in self.admin.items("pods", ns=self.ns):
+            for p in pods:
                 node = p["spec"].get("nodeName")
                 if node in busy and not p["metadata"].get("deletionTimestamp"):
                     self.violations.append(f"sample {self.samples}: Pod "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from slurmgate.binder import displaced
@@ -50,3 +51,16 @@ async def test_the_message_names_the_job_its_owner_and_how() -> None:
     assert await displaced.describe(FakeSlurm(None), 7, "n2") is None  # type: ignore[arg-type]
     assert await displaced.describe(FakeSlurm(  # type: ignore[arg-type]
         dataclasses.replace(JOB, state="COMPLETED")), 7, "n2") is None
+
+
+async def test_an_end_pushed_after_the_bind_is_waited_for() -> None:
+    ends = RecentEnds()
+    waiting = asyncio.create_task(ends.wait_before("n1", started=1000.0, patience=5))
+    await asyncio.sleep(0)  # the waiter is parked on the event
+    assert not waiting.done()
+    ends.record(9, ("n2",), at=1000.5)  # another node: keeps waiting
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    ends.record(7, ("n1",), at=1001.0)  # the victim's end, a second after the Pod's start
+    assert await asyncio.wait_for(waiting, 1) == 7
+    assert await ends.wait_before("n3", started=1000.0, patience=0.05) is None
