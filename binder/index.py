@@ -82,6 +82,11 @@ class Index:
             if job.isdigit():
                 self.comment_by_job.pop(int(job), None)
             return req
+        before = ann(old).get(contract.A_JOB_ID, "") if old is not None else ""
+        if before.isdigit() and before != ann(obj).get(contract.A_JOB_ID, ""):
+            # the Pod moved to a new job (resubmitted): its old id is no longer ours, and a
+            # controller that lost its state hands that id to someone else's job
+            self.comment_by_job.pop(int(before), None)
         if claim:
             self.key_by_claim[claim] = key
             self.claim_by_key[key] = claim
