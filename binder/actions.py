@@ -334,8 +334,11 @@ class Actions:
                 log.info("could not look up the job that ended before a bind",
                          extra=kv(pod=key_of(pod), job=victim, error=str(e)))
                 return
-        if said is not None:
-            await self.events.emit(pod, contract.EV_DISPLACED, said)
+        if said is None:
+            log.info("the job that ended before a bind was not preempted for it",
+                     extra=kv(pod=key_of(pod), job=victim, slurm_node=slurm_node))
+            return
+        await self.events.emit(pod, contract.EV_DISPLACED, said)
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

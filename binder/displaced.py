@@ -80,9 +80,11 @@ def how_displaced(job: JobInfo) -> str | None:
     """'cancelled' or 'requeued' when Slurm preempted the job, else None (it just ended)."""
     if job.state == "PREEMPTED" or "PREEMPTED" in job.state_flags:
         return "cancelled"
-    if job.restarts > 0 and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING",
-                                           "RUNNING"):
-        # requeued on preemption: it waits again (or already runs elsewhere)
+    if "REQUEUED" in job.state_flags or (job.restarts > 0 and job.state in (
+            "PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "CONFIGURING", "RUNNING")):
+        # requeued on preemption: still completing on the node (the list form reads
+        # ["PENDING", "COMPLETING", "REQUEUED"] a moment after), waiting again, or already
+        # running elsewhere
         return "requeued"
     return None
 

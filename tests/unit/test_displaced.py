@@ -30,6 +30,11 @@ def test_only_a_preempted_job_counts() -> None:
     assert how_displaced(dataclasses.replace(
         JOB, state="COMPLETED", state_flags=frozenset({"PREEMPTED"}))) == "cancelled"
     assert how_displaced(dataclasses.replace(JOB, state="PENDING", restarts=1)) == "requeued"
+    # asked while the requeued job still completes on the node
+    assert how_displaced(dataclasses.replace(
+        JOB, state="COMPLETING", state_flags=frozenset({"COMPLETING", "REQUEUED"}))) == "requeued"
+    assert how_displaced(dataclasses.replace(JOB, state="COMPLETING", restarts=1)) == "requeued"
+    assert how_displaced(dataclasses.replace(JOB, state="COMPLETING")) is None  # just ended
     assert how_displaced(dataclasses.replace(JOB, state="COMPLETED")) is None
     assert how_displaced(dataclasses.replace(JOB, state="PENDING")) is None  # never started
 
