@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import pwd
 import shlex
 import shutil
 import stat
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cluster import proc, slurm_accounting, slurm_release
+from cluster import proc, slurm_accounting, slurm_release, unix_users
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
 from cluster.slurm_conf import GpuLayout, gpu_files, gres_conf_text, slurm_conf_text
@@ -83,8 +82,7 @@ def start(
     gpus = GpuLayout.last(c.nodes, gpu_nodes, gpus_per_node, gpu_type)
     c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
     _prepare_dirs(c)
-    if not root:
-        _ensure_rest_user()
+    unix_users.ensure(root, [REST_USER] + (slurm_accounting.unix_users() if accounting else []))
     # The record is saved after every daemon, so that stop() finds what runs even when this
     # process is killed halfway.
     try:
@@ -170,17 +168,6 @@ def _check_traversable(path: Path) -> None:
                 f"{REST_USER!r} and must read {path}/slurm.conf. Use a run_dir such as "
                 "/tmp/slurmgate-slurm or tempfile.mkdtemp(dir='/tmp')."
             )
-
-
-def _ensure_rest_user() -> None:
-    try:
-        pwd.getpwnam(REST_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", REST_USER],
-            check=True,
-            capture_output=True,
-        )
 
 
 def _write_cli_wrappers(c: SlurmCluster) -> None:

@@ -14,14 +14,13 @@ cluster offers its tenants (see TENANTS).
 from __future__ import annotations
 
 import os
-import pwd
 import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import proc, slurm_release
+from cluster import proc
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import SlurmCluster
 
@@ -162,8 +161,8 @@ def register(c: SlurmCluster) -> None:
 
 
 def seed(c: SlurmCluster) -> None:
-    """Accounts, users and QOS the tenancy tests and the demo use; the Unix users too."""
-    ensure_unix_users(c.root, [t.user for t in TENANTS])
+    """Accounts, users and QOS the tenancy tests and the demo use (their Unix users are made
+    before anything starts: see `unix_users`)."""
     for q in EXTRA_QOS:
         _must(c, "add", "qos", q)
     accounts = [t.account for t in TENANTS] + [SHARED_ACCOUNT]
@@ -175,25 +174,5 @@ def seed(c: SlurmCluster) -> None:
               "qos=normal,batch", "defaultqos=normal")
 
 
-def ensure_unix_users(root: str, users: list[str]) -> None:
-    """System users without a login, on the host and in the root of a newer release (a job's
-    owner is looked up by slurmctld, slurmrestd and slurmd, wherever they run)."""
-    for user in users:
-        try:
-            uid = pwd.getpwnam(user).pw_uid
-        except KeyError:
-            _useradd(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", user])
-            uid = pwd.getpwnam(user).pw_uid
-        if root:
-            argv, env = slurm_release.command(root, ["getent", "passwd", user], {})
-            if proc.run(argv, env).returncode != 0:
-                argv, env = slurm_release.command(
-                    root, ["useradd", "-r", "-M", "-o", "-u", str(uid), "-s",
-                           "/usr/sbin/nologin", user], {})
-                _useradd(argv, env)
-
-
-def _useradd(argv: list[str], env: dict[str, str] | None = None) -> None:
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    if out.returncode not in (0, 9):  # 9: the user exists (a concurrent cluster added it)
-        raise ClusterError(f"{' '.join(argv)} failed: {out.stderr.strip()}")
+def unix_users() -> list[str]:
+    return [t.user for t in TENANTS]
