@@ -5,13 +5,22 @@ for MinJobAge); `json.loads` of it holds the GIL for 100 ms or more, which stall
 coroutine (binds, watches, health probes). Profiling the binder under a 1,000-Pod burst put
 48 % of its samples there. A thread would not help (the GIL), so a worker process parses and
 sends back only the jobs the caller keeps.
+
+The worker must die with its parent however the parent dies: a SIGKILLed binder otherwise left
+its worker (which holds its own queue's write end, so it never sees EOF) and, through it,
+multiprocessing's resource tracker behind, two orphans per kill. Linux's parent-death signal
+ends the worker; the tracker exits by itself once no process holds its pipe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import multiprocessing
+import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -41,11 +50,27 @@ def load(raw: bytes, keep_comment_prefix: str | None = None) -> Any:
     return parsed
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """Worker initializer: SIGKILL this worker when the parent dies (Linux only; elsewhere the
+    old behaviour). The signal fires when the thread that started us ends: the pool is only ever
+    grown from the event loop's thread (submit), whose end is the process's end."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
 def _executor() -> ProcessPoolExecutor:
     global _pool
     if _pool is None:
         # spawn, not fork: forking a process with a running event loop and threads is unsafe
-        _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_die_with, initargs=(os.getpid(),))
     return _pool
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -60,3 +63,41 @@ async def test_small_bodies_stay_inline(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(jsonpool, "OFFLOAD_BYTES", 1 << 30)
     assert (await jsonpool.load_async(RAW, PREFIX))["jobs"][0]["job_id"] == 1
     assert jsonpool._pool is None
+
+
+_CHILD = """
+import asyncio, os, sys
+from slurmgate import jsonpool
+asyncio.run(jsonpool.load_async(b'{"jobs": []}', None, offload_bytes=0))
+kids = set()
+for t in os.listdir("/proc/self/task"):
+    kids |= set(open(f"/proc/self/task/{t}/children").read().split())
+print(" ".join(sorted(kids)), flush=True)
+sys.stdin.read()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_the_worker_and_its_tracker_die_with_a_sigkilled_parent() -> None:
+    p = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        kids = [int(k) for k in p.stdout.readline().split()]
+        assert len(kids) >= 2, kids  # the parsing worker and multiprocessing's resource tracker
+        assert all(_alive(k) for k in kids)
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 15
+    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling a condition with a deadline: nothing to wait on across PIDs
+    assert not [k for k in kids if _alive(k)], "orphans outlived their SIGKILLed parent"
