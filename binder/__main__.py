@@ -21,7 +21,7 @@ from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
 from slurmgate.tenancy import LOADING
-from slurmgate.tenancy_source import PolicySource, report_to
+from slurmgate.tenancy_source import PolicySource
 
 log = logging.getLogger("slurmgate.binder")
 
@@ -59,8 +59,8 @@ async def run(cfg: BinderConfig) -> int:
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
     policy = PolicySource(kube, cfg.tenancy_configmap,
-                          on_state=report_to(metrics.TENANCY_STATE, metrics.TENANCY_RELOADS),
-                          on_error=lambda e: metrics.TENANCY_ERRORS.inc())
+                          on_state=metrics.TENANCY.on_state,
+                          on_error=metrics.TENANCY.on_error)
     binder = Controller(kube, slurm, cfg.reconcile, policy.current)
     policy.subscribe(binder.policy_changed)
     elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slurmgate.tenancy_source import PolicyMetrics
+
 REGISTRY = CollectorRegistry()
 _LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -49,15 +51,7 @@ SLURM_PUSHES = Counter("slurmgate_binder_slurm_pushes_total",
                        "ours: looked now), reused (an id another claim ran under: left to the "
                        "polls), ignored (not ours), rejected (bad token or body)",
                        ["event", "outcome"], registry=REGISTRY)
-TENANCY_STATE = Gauge("slurmgate_binder_tenancy_policy_state",
-                      "1 for the tenancy policy's current state (disabled, loading, ready, "
-                      "missing, invalid)", ["state"], registry=REGISTRY)
-TENANCY_RELOADS = Counter("slurmgate_binder_tenancy_reloads_total",
-                          "Tenancy policy changes seen, by outcome (ready, missing, invalid)",
-                          ["result"], registry=REGISTRY)
-TENANCY_ERRORS = Counter("slurmgate_binder_tenancy_source_errors_total",
-                         "Failed lists/watches of the tenancy policy's ConfigMap",
-                         registry=REGISTRY)
+TENANCY = PolicyMetrics("binder", REGISTRY)
 TENANCY_DENIED = Counter("slurmgate_binder_tenancy_denied_submits_total",
                          "Submits the tenancy policy refused (policy changed after admission)",
                          ["reason"], registry=REGISTRY)

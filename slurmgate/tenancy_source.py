@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from slurmgate import tenancy
 from slurmgate.config import ObjectRef
@@ -32,17 +32,30 @@ from slurmgate.tenancy import PolicyState
 log = logging.getLogger("slurmgate.tenancy")
 
 
-def report_to(state_gauge: Gauge, reloads: Counter) -> Callable[[PolicyState], None]:
-    """An `on_state` that keeps a process's metrics: the gauge is 1 for the current state
-    (label `state`), the counter counts each new outcome of a reload (label `result`)."""
+class PolicyMetrics:
+    """A process's metrics of its policy source, named after the process (`component`: webhook
+    or binder), so both processes keep the same three series under their own prefix."""
 
-    def on_state(s: PolicyState) -> None:
+    def __init__(self, component: str, registry: CollectorRegistry) -> None:
+        p = f"slurmgate_{component}_tenancy"
+        self.state = Gauge(f"{p}_policy_state", "1 for the tenancy policy's current state "
+                           "(disabled, loading, ready, missing, invalid)", ["state"],
+                           registry=registry)
+        self.reloads = Counter(f"{p}_reloads_total", "Tenancy policy changes seen, by outcome "
+                               "(ready, missing, invalid)", ["result"], registry=registry)
+        self.errors = Counter(f"{p}_source_errors_total",
+                              "Failed lists/watches of the tenancy policy's ConfigMap",
+                              registry=registry)
+
+    def on_state(self, s: PolicyState) -> None:
+        """The gauge is 1 for the current state; the counter counts each new reload outcome."""
         for st in tenancy.STATES:
-            state_gauge.labels(st).set(1 if st == s.status else 0)
+            self.state.labels(st).set(1 if st == s.status else 0)
         if s.status not in (tenancy.LOADING, tenancy.DISABLED):
-            reloads.labels(s.status).inc()
+            self.reloads.labels(s.status).inc()
 
-    return on_state
+    def on_error(self, e: Exception) -> None:
+        self.errors.inc()
 
 
 class Kube(Protocol):

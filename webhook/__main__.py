@@ -14,7 +14,7 @@ from slurmgate.inventory import Inventory
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
-from slurmgate.tenancy_source import PolicySource, report_to
+from slurmgate.tenancy_source import PolicySource
 from slurmgate.webhook import config, metrics
 from slurmgate.webhook.admission import Admitter
 from slurmgate.webhook.config import WebhookConfig
@@ -38,8 +38,8 @@ async def run(cfg: WebhookConfig) -> None:
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-webhook")
     inventory = Inventory(slurm, kube)
     policy = PolicySource(kube, cfg.tenancy_configmap,
-                          on_state=report_to(metrics.TENANCY_STATE, metrics.TENANCY_RELOADS),
-                          on_error=lambda e: metrics.TENANCY_ERRORS.inc())
+                          on_state=metrics.TENANCY.on_state,
+                          on_error=metrics.TENANCY.on_error)
     admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube),
                         policy.current)
 

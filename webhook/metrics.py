@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from slurmgate.tenancy_source import PolicyMetrics
 
 REGISTRY = CollectorRegistry()
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -27,12 +29,4 @@ SUBMIT_ERRORS = Counter("slurmgate_slurm_submit_errors_total",
 INVENTORY_ERRORS = Counter("slurmgate_inventory_refresh_errors_total",
                            "Failed refreshes of the Slurm/Kubernetes node inventory",
                            registry=REGISTRY)
-TENANCY_STATE = Gauge("slurmgate_webhook_tenancy_policy_state",
-                      "1 for the tenancy policy's current state (disabled, loading, ready, "
-                      "missing, invalid)", ["state"], registry=REGISTRY)
-TENANCY_RELOADS = Counter("slurmgate_webhook_tenancy_reloads_total",
-                          "Tenancy policy changes seen, by outcome (ready, missing, invalid)",
-                          ["result"], registry=REGISTRY)
-TENANCY_ERRORS = Counter("slurmgate_webhook_tenancy_source_errors_total",
-                         "Failed lists/watches of the tenancy policy's ConfigMap",
-                         registry=REGISTRY)
+TENANCY = PolicyMetrics("webhook", REGISTRY)

@@ -8,11 +8,12 @@ from contextlib import suppress
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from slurmgate import tenancy
 from slurmgate.config import ConfigError, ObjectRef, tenancy_configmap
 from slurmgate.kube import KubeError, WatchExpired
-from slurmgate.tenancy_source import PolicySource
+from slurmgate.tenancy_source import PolicyMetrics, PolicySource
 from tests.unit.test_tenancy import req
 
 REF = ObjectRef("slurmgate-system", "slurmgate-tenancy")
@@ -243,3 +244,22 @@ async def test_subscribers_hear_every_later_change() -> None:
         assert heard == ["ready", "invalid"]
     finally:
         await stop(task)
+
+
+def test_policy_metrics_follow_the_state_under_the_processes_prefix() -> None:
+    reg = CollectorRegistry()
+    m = PolicyMetrics("webhook", reg)
+
+    def val(name: str, **labels: str) -> float | None:
+        return reg.get_sample_value(f"slurmgate_webhook_tenancy_{name}", labels)
+
+    m.on_state(tenancy.STATE_LOADING)
+    assert val("policy_state", state="loading") == 1 and val("policy_state", state="ready") == 0
+    assert val("reloads_total", result="loading") is None  # loading is no reload outcome
+    m.on_state(tenancy.PolicyState(tenancy.MISSING))
+    m.on_state(tenancy.PolicyState(tenancy.MISSING))
+    assert val("policy_state", state="missing") == 1 and val("policy_state", state="loading") == 0
+    assert val("reloads_total", result="missing") == 2
+    m.on_error(RuntimeError("x"))
+    assert val("source_errors_total") == 1
+    PolicyMetrics("binder", reg)  # the other process's names never clash with these
