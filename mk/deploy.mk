@@ -2,8 +2,9 @@
 #
 #   make certs        webhook CA + serving cert (SANs: service names + 127.0.0.1) into
 #                     $(RUN_DIR)/certs, and kustomize/overlays/local/generated/webhook-patch.yaml
-#   make certs-kind   the same for overlays/kind (certs go into its generated/ dir)
-#   make render-local / render-kind   print the rendered overlay
+#   make render-local / render-kind / render-cert-manager   print the rendered overlay
+#                     (kind and cert-manager need nothing generated: cert-manager issues
+#                     their certificate in the cluster, components/cert-manager)
 #
 # Certificates are reused until they expire within $(CERT_RENEW_BEFORE_DAYS) days.
 
@@ -20,9 +21,9 @@ CERT_RENEW_BEFORE_DAYS ?= 30
 
 LOCAL_OVERLAY := kustomize/overlays/local
 KIND_OVERLAY := kustomize/overlays/kind
-KIND_GEN := $(KIND_OVERLAY)/generated
+CERT_MANAGER_OVERLAY := kustomize/overlays/cert-manager
 
-.PHONY: certs certs-kind render-local render-kind
+.PHONY: certs render-local render-kind render-cert-manager
 
 certs:
 	$(PYTHON) -m slurmgate.certs webhook --out $(CERTS_DIR) \
@@ -32,16 +33,11 @@ certs:
 	$(PYTHON) -m slurmgate.certs webhook-patch --ca-bundle-file $(CERTS_DIR)/ca-bundle.b64 \
 	  --url $(LOCAL_WEBHOOK_URL) --out $(LOCAL_OVERLAY)/generated/webhook-patch.yaml
 
-certs-kind:
-	$(PYTHON) -m slurmgate.certs webhook --out $(KIND_GEN) \
-	  --namespace $(WEBHOOK_NAMESPACE) --service $(WEBHOOK_SERVICE) \
-	  --days $(CERT_DAYS) --renew-before-days $(CERT_RENEW_BEFORE_DAYS) \
-	  --ca-bundle-out $(KIND_GEN)/ca-bundle.b64
-	$(PYTHON) -m slurmgate.certs webhook-patch --ca-bundle-file $(KIND_GEN)/ca-bundle.b64 \
-	  --out $(KIND_GEN)/webhook-patch.yaml
-
 render-local: certs
 	$(KUBECTL) kustomize $(LOCAL_OVERLAY)
 
-render-kind: certs-kind
+render-kind:
 	$(KUBECTL) kustomize $(KIND_OVERLAY)
+
+render-cert-manager:
+	$(KUBECTL) kustomize $(CERT_MANAGER_OVERLAY)

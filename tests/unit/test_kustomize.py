@@ -1,15 +1,21 @@
-"""`kubectl kustomize` renders the base, its components and every overlay as intended.
+"""`kubectl kustomize` renders the base, its components and every overlay as intended; the
+Containerfile builds the image the Deployment runs.
 
-The overlays need their git-ignored generated/ files; they are made with the real CLI in a
-temporary copy of kustomize/, so the checkout stays clean.
+Only overlays/local needs git-ignored generated/ files; they are made with the real CLI in a
+temporary copy of kustomize/, so the checkout stays clean. Every other overlay renders as it
+is in git (cert-manager issues their certificate in the cluster), which the tests prove on
+copies without any generated/ dir.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +30,25 @@ NS = "slurmgate-system"
 LOCAL_URL = "https://127.0.0.1:9443/mutate"
 BASES = ["base", "base/core", "base/webhook-config", "base/deployment"]
 OVERLAYS = sorted(p.name for p in (KUSTOMIZE / "overlays").iterdir() if p.is_dir())
-
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+NEEDS_GENERATED = {"local"}  # the host-process dev cluster: its caBundle is made by `make certs`
+CERT_MANAGER = "components/cert-manager"
+WEBHOOK_TLS = "slurmgate-webhook-tls"  # the Secret the Deployment mounts
+IMAGE = "ghcr.io/slurmgate/slurmgate"  # the name the base's Deployment uses
 
 Doc = dict[str, Any]
+
+
+def _kustomization(target: str) -> Doc:
+    doc: Doc = yaml.safe_load((KUSTOMIZE / target / "kustomization.yaml").read_text())
+    return doc
+
+
+# the overlays that take their certificate from cert-manager (and run the Deployment)
+CERT_MANAGER_OVERLAYS = [f"overlays/{o}" for o in OVERLAYS
+                         if f"../../{CERT_MANAGER}" in (_kustomization(f"overlays/{o}")
+                                                       .get("components") or [])]
+# everything that deploys the webhook + binder in-cluster
+IN_CLUSTER = ["base", *CERT_MANAGER_OVERLAYS]
 
 # (kind, namespace, apiGroup, resource, resourceName or "", verb): the whole grant.
 EXPECTED_RBAC = {
@@ -54,28 +75,39 @@ def _cli(*argv: str) -> None:
                    capture_output=True)
 
 
+def _kubectl_kustomize(path: Path) -> subprocess.CompletedProcess[str]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("needs kubectl")
+    return subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True,
+                          check=False)
+
+
+def _copy_without_generated(dst: Path) -> Path:
+    shutil.copytree(KUSTOMIZE, dst, ignore=shutil.ignore_patterns("generated"))
+    assert not list(dst.rglob("generated"))
+    return dst
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of kustomize/ with overlays/local/generated/ made, and no other generated/."""
     tmp = tmp_path_factory.mktemp("kustomize")
-    dst = tmp / "kustomize"
-    shutil.copytree(KUSTOMIZE, dst, ignore=shutil.ignore_patterns("generated"))
+    dst = _copy_without_generated(tmp / "kustomize")
     certs = tmp / "certs"
     _cli("webhook", "--out", str(certs), "--ip", "127.0.0.1",
          "--ca-bundle-out", str(certs / "ca-bundle.b64"))
     _cli("webhook-patch", "--ca-bundle-file", str(certs / "ca-bundle.b64"), "--url", LOCAL_URL,
          "--out", str(dst / "overlays/local/generated/webhook-patch.yaml"))
-    kind_gen = dst / "overlays/kind/generated"
-    _cli("webhook", "--out", str(kind_gen), "--ca-bundle-out", str(kind_gen / "ca-bundle.b64"))
-    _cli("webhook-patch", "--ca-bundle-file", str(kind_gen / "ca-bundle.b64"),
-         "--out", str(kind_gen / "webhook-patch.yaml"))
     return dst
 
 
-def render(tree: Path, target: str) -> list[Doc]:
-    res = subprocess.run(["kubectl", "kustomize", str(tree / target)], capture_output=True,
-                         text=True, check=False)
+def _docs(res: subprocess.CompletedProcess[str]) -> list[Doc]:
     assert res.returncode == 0, res.stderr
     return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def render(tree: Path, target: str) -> list[Doc]:
+    return _docs(_kubectl_kustomize(tree / target))
 
 
 def by_kind(docs: list[Doc], kind: str) -> list[Doc]:
@@ -119,7 +151,24 @@ def test_taint_guard_is_deployed(tree: Path, target: str) -> None:
 
 
 def test_overlays_exist() -> None:
-    assert {"local", "kind"} <= set(OVERLAYS)
+    assert {"local", "kind", "cert-manager"} <= set(OVERLAYS)
+    assert {"overlays/kind", "overlays/cert-manager"} <= set(CERT_MANAGER_OVERLAYS)
+
+
+def test_tree_has_generated_only_for_local(tree: Path) -> None:
+    """So every render of another overlay from `tree` is one without generated files."""
+    made = {p.relative_to(tree) for p in tree.rglob("generated")}
+    assert made == {Path(f"overlays/{o}/generated") for o in NEEDS_GENERATED}
+
+
+@pytest.mark.parametrize("overlay", sorted(set(OVERLAYS) - NEEDS_GENERATED))
+def test_renders_without_generated_files(tmp_path: Path, overlay: str) -> None:
+    """kind and cert-manager render out of the box, from what git holds (no generated/)."""
+    copy = _copy_without_generated(tmp_path / "k")
+    text = (copy / "overlays" / overlay / "kustomization.yaml").read_text()
+    assert "generated/" not in text.split("apiVersion:", 1)[1]  # comments aside
+    docs = _docs(_kubectl_kustomize(copy / "overlays" / overlay))
+    assert one(docs, "Deployment") and not by_kind(docs, "Secret")
 
 
 def _webhook(docs: list[Doc]) -> Doc:
@@ -129,8 +178,8 @@ def _webhook(docs: list[Doc]) -> Doc:
     return hook
 
 
-@pytest.mark.parametrize("target", ["base", "base/webhook-config", "overlays/local",
-                                    "overlays/kind"])
+@pytest.mark.parametrize("target", ["base", "base/webhook-config"]
+                         + [f"overlays/{o}" for o in OVERLAYS])
 def test_webhook_configuration(tree: Path, target: str) -> None:
     hook = _webhook(render(tree, target))
     assert hook["name"] == "pods.slurmgate.io"
@@ -157,13 +206,47 @@ def test_webhook_client_config(tree: Path) -> None:
     ca = (tree.parent / "certs" / "ca.crt").read_bytes()
     assert base64.b64decode(local["caBundle"]) == ca
 
-    kind = _webhook(render(tree, "overlays/kind"))["clientConfig"]
-    assert kind["service"] == service
-    kind_ca = (tree / "overlays/kind/generated/ca.crt").read_bytes()
-    assert base64.b64decode(kind["caBundle"]) == kind_ca
+    # cert-manager's cainjector fills in the caBundle in the cluster
+    for target in CERT_MANAGER_OVERLAYS:
+        assert _webhook(render(tree, target))["clientConfig"] == {"service": service}, target
 
 
-@pytest.mark.parametrize("target", ["base", "overlays/local", "overlays/kind"])
+@pytest.mark.parametrize("target", CERT_MANAGER_OVERLAYS)
+def test_cert_manager_issues_the_mounted_certificate(tree: Path, target: str) -> None:
+    docs = render(tree, target)
+    issuers = {d["metadata"]["name"]: d for d in by_kind(docs, "Issuer")}
+    certs = {d["metadata"]["name"]: d for d in by_kind(docs, "Certificate")}
+    assert not by_kind(docs, "ClusterIssuer")
+    for d in [*issuers.values(), *certs.values()]:
+        assert d["apiVersion"] == "cert-manager.io/v1"
+        assert d["metadata"]["namespace"] == NS
+
+    # the annotation names an existing Certificate ...
+    mwc = one(docs, "MutatingWebhookConfiguration")
+    ref = mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    ns, name = ref.split("/")
+    assert ns == NS and name in certs
+    # ... the one whose Secret the webhook container serves
+    serving = certs[name]["spec"]
+    dep = one(docs, "Deployment")
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert serving["secretName"] == volumes["tls"]["secret"]["secretName"] == WEBHOOK_TLS
+    assert not serving.get("isCA")
+    svc = one(docs, "Service")["metadata"]
+    host = f"{svc['name']}.{svc['namespace']}.svc"
+    assert serving["dnsNames"] == [host, f"{host}.cluster.local"]
+    assert "server auth" in serving["usages"]
+    # The serving cert's CA Issuer signs with the CA Certificate's Secret, which the
+    # self-signed Issuer issues: cainjector's caBundle (the Secret's ca.crt) is that CA.
+    ca_issuer = issuers[serving["issuerRef"]["name"]]
+    assert serving["issuerRef"]["kind"] == "Issuer"
+    (ca_cert,) = [c["spec"] for c in certs.values()
+                  if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"]]
+    assert ca_cert["isCA"] is True and ca_cert["issuerRef"]["kind"] == "Issuer"
+    assert issuers[ca_cert["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
+
+
+@pytest.mark.parametrize("target", ["base", *(f"overlays/{o}" for o in OVERLAYS)])
 def test_rbac_exact(tree: Path, target: str) -> None:
     docs = render(tree, target)
     got = set()
@@ -201,9 +284,7 @@ def test_local_has_no_workload(tree: Path) -> None:
 
 
 def test_local_needs_generated(tmp_path: Path) -> None:
-    shutil.copytree(KUSTOMIZE, tmp_path / "k", ignore=shutil.ignore_patterns("generated"))
-    res = subprocess.run(["kubectl", "kustomize", str(tmp_path / "k/overlays/local")],
-                         capture_output=True, text=True, check=False)
+    res = _kubectl_kustomize(_copy_without_generated(tmp_path / "k") / "overlays/local")
     assert res.returncode != 0 and "webhook-patch.yaml" in res.stderr
 
 
@@ -218,7 +299,40 @@ def test_config_map(tree: Path) -> None:
     assert tenancy.parse(maps["slurmgate-tenancy"]["data"][tenancy.POLICY_KEY]).tenants
 
 
-@pytest.mark.parametrize("target", ["base", "overlays/kind"])
+def _image_entry(target: str) -> Doc | None:
+    """The `images:` entry of target's kustomization.yaml for IMAGE, if any."""
+    entries = [e for e in _kustomization(target).get("images") or [] if e["name"] == IMAGE]
+    assert len(entries) <= 1
+    return entries[0] if entries else None
+
+
+def _configured_image(target: str) -> str:
+    """The image target deploys: the base's one entry, then the overlay's (if it has one)."""
+    base = _image_entry("base/deployment")
+    assert base is not None
+    name, tag = base.get("newName", IMAGE), base["newTag"]
+    if target.startswith("overlays/") and (over := _image_entry(target)) is not None:
+        name, tag = over.get("newName", name), over.get("newTag", tag)
+    return f"{name}:{tag}"
+
+
+def test_image_is_configured_in_one_place() -> None:
+    """The release image's name and tag are the `images:` entry of base/deployment, nowhere
+    else in the base: `kustomize edit set image ghcr.io/slurmgate/slurmgate=...` changes it."""
+    kustomizations = sorted(p.parent.relative_to(KUSTOMIZE).as_posix()
+                            for p in (KUSTOMIZE / "base").rglob("kustomization.yaml"))
+    assert [k for k in kustomizations if _kustomization(k).get("images")] == ["base/deployment"]
+    (entry,) = _kustomization("base/deployment")["images"]
+    assert entry["name"] == IMAGE and "digest" not in entry
+    # the tag is the package version
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert entry["newTag"] == version
+    # deployment.yaml names the image only, so the tag cannot drift between the containers
+    dep = yaml.safe_load((KUSTOMIZE / "base/deployment/deployment.yaml").read_text())
+    assert {c["image"] for c in dep["spec"]["template"]["spec"]["containers"]} == {IMAGE}
+
+
+@pytest.mark.parametrize("target", IN_CLUSTER)
 def test_deployment(tree: Path, target: str) -> None:
     docs = render(tree, target)
     dep = one(docs, "Deployment")
@@ -247,10 +361,12 @@ def test_deployment(tree: Path, target: str) -> None:
         assert {"configMapRef": {"name": "slurmgate-config"}} in c["envFrom"]
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             assert c[probe]["httpGet"]["path"] == path
-        if target == "overlays/kind":
-            assert c["image"] == "slurmgate:dev"
+        assert c["image"] == _configured_image(target)
+        if target == "overlays/kind":  # loaded into the kind nodes, never pulled
+            assert c["image"] == "localhost/slurmgate/slurmgate:dev"
+            assert c["imagePullPolicy"] == "Never"
         else:
-            assert c["image"] == "ghcr.io/slurmgate/slurmgate:0.1.0"
+            assert c["imagePullPolicy"] == "IfNotPresent"
 
     web, binder = containers["webhook"], containers["binder"]
     assert web["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
@@ -272,15 +388,9 @@ def test_deployment(tree: Path, target: str) -> None:
     sources = volumes["kube-api-access"]["projected"]["sources"]
     assert any("serviceAccountToken" in s for s in sources)
 
-    if target == "base":
-        assert tls_name == "slurmgate-webhook-tls"
-        assert not by_kind(docs, "Secret")
-    else:  # secretGenerator, name with content hash, referenced by the Deployment
-        secret = one(docs, "Secret")
-        assert secret["type"] == "kubernetes.io/tls"
-        assert secret["metadata"]["name"] == tls_name
-        assert tls_name.startswith("slurmgate-webhook-tls-")
-        assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    # made out of band (base) or by cert-manager (the overlays): never a rendered Secret
+    assert tls_name == WEBHOOK_TLS
+    assert not by_kind(docs, "Secret")
 
     svc = one(docs, "Service")
     assert svc["metadata"]["name"] == "slurmgate-webhook"
@@ -292,8 +402,8 @@ def test_deployment(tree: Path, target: str) -> None:
     assert pdb["spec"]["minAvailable"] == 1
 
 
-def test_no_secret_values_outside_kind(tree: Path) -> None:
-    for target in [*BASES, "overlays/local"]:
+def test_no_secret_values_anywhere(tree: Path) -> None:
+    for target in [*BASES, *(f"overlays/{o}" for o in OVERLAYS)]:
         assert not by_kind(render(tree, target), "Secret"), target
 
 
@@ -305,3 +415,116 @@ def test_local_overlays_tenancy_policy_parses_and_maps_the_local_teams() -> None
     assert a is not None and a.user == "sg-team-a"
     other = policy.resolve("t-12345678")  # the e2e suite's throwaway namespaces
     assert other is not None and other.user == "root"
+
+
+# --- the Containerfile ---------------------------------------------------------------------
+
+Instruction = tuple[str, str]  # (INSTRUCTION, its arguments)
+
+
+def _containerfile() -> list[list[Instruction]]:
+    """The Containerfile's instructions, split into stages; stage 0 holds what precedes the
+    first FROM (the global ARGs). Continuation lines are joined, comments dropped."""
+    lines: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Containerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    assert not pending
+    stages: list[list[Instruction]] = [[]]
+    for line in lines:
+        instr, _, args = line.partition(" ")
+        if instr.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instr.upper(), args.strip()))
+    return stages
+
+
+def _global_args() -> dict[str, str]:
+    (pre, *_) = _containerfile()
+    assert {i for i, _ in pre} <= {"ARG"}
+    return dict(a.split("=", 1) for _, a in pre)
+
+
+def _from(stage: list[Instruction]) -> tuple[str, str]:
+    """(image, stage name) of a stage's FROM, global ARGs substituted."""
+    instr, args = stage[0]
+    assert instr == "FROM" and "--platform" not in args
+    m = re.fullmatch(r"(\S+)(?:\s+as\s+(\S+))?", args, flags=re.I)
+    assert m, args
+    image, name = m.group(1), m.group(2) or ""
+    for k, v in _global_args().items():
+        image = image.replace(f"${{{k}}}", v).replace(f"${k}", v)
+    assert "$" not in image, image
+    return image, name
+
+
+def test_containerfile_base_is_public_and_pinned() -> None:
+    (_, *stages) = _containerfile()
+    assert len(stages) >= 2  # a builder, and the runtime stage
+    names: set[str] = set()  # the earlier stages' names (a FROM may name one)
+    for stage in stages:
+        image, name = _from(stage)
+        names.add(name)
+        if image in names - {name}:
+            continue
+        ref, _, digest = image.partition("@")
+        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
+        assert tag or digest, f"unpinned base {image}"
+        assert tag != "latest", image
+        if digest:
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), image
+        assert repo.startswith("docker.io/library/python"), image
+    # the base can be swapped for a local one: --build-arg BASE=...
+    assert "BASE" in _global_args()
+    assert [_from(s)[0] for s in stages] == [_global_args()["BASE"]] * len(stages)
+
+
+def test_containerfile_runtime_stage() -> None:
+    """Non-root as the Deployment's user; only the venv comes from the builder; nothing is
+    installed or written at build or run time (read-only root: HOME is /tmp)."""
+    *_, final = _containerfile()
+    users = [a for i, a in final if i == "USER"]
+    assert users and users[-1] in {"65532", "65532:65532"}
+    pod = yaml.safe_load((KUSTOMIZE / "base/deployment/deployment.yaml").read_text())
+    sc = pod["spec"]["template"]["spec"]["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"]) == (65532, 65532) and sc["runAsNonRoot"]
+    assert "RUN" not in {i for i, _ in final}
+    copies = [a for i, a in final if i in {"COPY", "ADD"}]
+    assert copies == ["--from=builder /opt/venv /opt/venv"]
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert "PATH=/opt/venv/bin:" in env and "HOME=/tmp" in env
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+
+
+def test_containerfile_installs_the_package_with_its_symlinked_processes() -> None:
+    """pyproject.toml is installed from the checkout (no editable install); the process folders
+    that slurmgate/ links to are copied too, or the links would dangle."""
+    (_, builder, *_) = _containerfile()
+    assert _from(builder)[1] == "builder"
+    copied = {a.split()[0].rstrip("/") for i, a in builder if i == "COPY"}
+    linked = {p.readlink().as_posix().removeprefix("../")
+              for p in (ROOT / "slurmgate").iterdir() if p.is_symlink()}
+    assert linked == {"webhook", "binder", "certs"}
+    assert {"pyproject.toml", "slurmgate", *linked} <= copied
+    runs = " ".join(a for i, a in builder if i == "RUN")
+    assert "pip install ." in runs and "-e " not in runs and "--editable" not in runs
+
+
+def test_deployment_commands_are_console_scripts() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    dep = yaml.safe_load((KUSTOMIZE / "base/deployment/deployment.yaml").read_text())
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    assert {c["name"] for c in containers} == {"webhook", "binder"}
+    for c in containers:
+        (cmd,) = c["command"]  # resolved on the image's PATH (/opt/venv/bin)
+        assert cmd in scripts, (c["name"], cmd)
+        module, _, func = scripts[cmd].partition(":")
+        assert callable(getattr(importlib.import_module(module), func)), scripts[cmd]
+    assert "slurmgate-certs" in scripts
