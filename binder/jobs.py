@@ -21,7 +21,14 @@ from slurmgate import contract
 from slurmgate.binder import metrics
 from slurmgate.binder.displaced import RecentEnds
 from slurmgate.logs import kv
-from slurmgate.slurm import IN_FLIGHT_STATES, RUNNING, WAITING_STATES, JobInfo, SlurmClient
+from slurmgate.slurm import (
+    COMPLETING,
+    IN_FLIGHT_STATES,
+    RUNNING,
+    WAITING_STATES,
+    JobInfo,
+    SlurmClient,
+)
 
 log = logging.getLogger("slurmgate.jobs")
 
@@ -35,12 +42,16 @@ MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 poll
 
 def _preferred(a: JobInfo, b: JobInfo) -> bool:
     """Which of two jobs with one claim speaks for the Pod: a live one over an ended one
-    (an ended one only if it is newer, e.g. after a resubmit), RUNNING over waiting, then the
-    older one (the one Slurm queued first)."""
+    (an ended one only if it is newer, e.g. after a resubmit), a live one over one that is
+    COMPLETING (the binder killed it and resubmitted: the old job, still older, would otherwise
+    win, its new one be cancelled as a duplicate and the gated Pod evicted for the old one's
+    end), RUNNING over waiting, then the older one (the one Slurm queued first)."""
     if a.active != b.active:
         return a.active
     if not a.active:
         return a.job_id > b.job_id
+    if (a.state == COMPLETING) != (b.state == COMPLETING):
+        return b.state == COMPLETING
     if (a.state == RUNNING) != (b.state == RUNNING):
         return a.state == RUNNING
     return a.job_id < b.job_id

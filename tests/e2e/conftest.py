@@ -75,6 +75,41 @@ class Kubectl:
         return json.loads(self.run(*args).stdout)["items"]
 
 
+LOG_LINES_ON_FAILURE = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed e2e test's report carries what slurmgate and Slurm said meanwhile: the webhook and
+    binder log lines naming the test's namespace, and the queue and nodes at the failure.
+    CI keeps only pytest's output, and a rare failure is otherwise not diagnosable."""
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    if rep.when != "call" or not rep.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    name = funcargs.get("ns")
+    for component in ("binder", "webhook"):
+        log = RUN_DIR / "bridge" / "log" / f"{component}.log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if name:
+            lines = [line for line in lines if name in line]
+        if lines:
+            rep.sections.append((f"{component} log ({name or 'tail'})",
+                                 "\n".join(lines[-LOG_LINES_ON_FAILURE:])))
+    lc = funcargs.get("local")
+    if lc is not None:
+        try:
+            state = (slurm_cli(lc, "squeue", "-a", "-o", "%i %T %N %r %k")
+                     + slurm_cli(lc, "sinfo", "-N", "-o", "%N %t %G %E"))
+        except Exception as e:  # Slurm may be what a fault test took down
+            state = f"Slurm not readable: {e}"
+        rep.sections.append(("slurm at failure", state))
+
+
 @pytest.fixture(scope="session")
 def local() -> Iterator[local_mod.Local]:
     if REUSE:

@@ -78,8 +78,25 @@ def cli(cluster: cluster_slurm.SlurmCluster, *args: str) -> str:
                           timeout=30).stdout
 
 
+def _under_slurmstepd(pid: int) -> bool:
+    """True when a slurmstepd is among the ancestors: the job's own processes. The push hook
+    that EpilogSlurmctld detaches (setsid, up to 5 s) carries the job's env too but hangs off
+    init, and it is not the placeholder."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+        if comm == "slurmstepd":
+            return True
+        pid = int(rest.split()[1])
+    return False
+
+
 def job_pids(cluster: cluster_slurm.SlurmCluster, job_id: int) -> list[int]:
-    """Processes of a job, found by the SLURM_JOB_ID/SLURM_CONF Slurm puts in their env."""
+    """Processes of a job: the SLURM_JOB_ID/SLURM_CONF Slurm puts in their env, under a
+    slurmstepd."""
     out = []
     want = {b"SLURM_JOB_ID=" + str(job_id).encode(), b"SLURM_CONF=" + str(cluster.conf).encode()}
     for p in Path("/proc").iterdir():
@@ -89,7 +106,7 @@ def job_pids(cluster: cluster_slurm.SlurmCluster, job_id: int) -> list[int]:
             env = set((p / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if want <= env:
+        if want <= env and _under_slurmstepd(int(p.name)):
             out.append(int(p.name))
     return out
 

@@ -93,6 +93,12 @@ def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
     assert t.by_claim["c"].job_id == 28 and [d.job_id for d in t.duplicates] == [29]
     t._apply([j(28, "CANCELLED"), j(31, "PENDING")])  # a resubmit after the end: newest
     assert t.by_claim["c"].job_id == 31 and t.duplicates == []
+    # a resubmit while the killed job is still COMPLETING (its node lacked the GPUs, was
+    # cordoned, ...): the new job speaks for the Pod and the old one is the one to kill
+    t._apply([j(40, "COMPLETING"), j(41, "PENDING")])
+    assert t.by_claim["c"].job_id == 41 and [d.job_id for d in t.duplicates] == [40]
+    t._apply([j(40, "COMPLETING"), j(41, "RUNNING")])
+    assert t.by_claim["c"].job_id == 41 and [d.job_id for d in t.duplicates] == [40]
 
 
 def test_slow_polls_back_off() -> None:
