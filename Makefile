@@ -26,7 +26,7 @@ export SLURMGATE_RUN_DIR := $(RUN_DIR)
 export SLURM_VERSION
 
 .PHONY: deps apt venv binaries slurm-root lint typecheck test test-unit test-e2e test-faults \
-        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench clean
+        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos clean
 
 deps: apt venv binaries slurm-root
 
@@ -109,6 +109,12 @@ demo: deps
 bench: deps
 	$(PYTHON) -m pip install -q -e '.[dev,bench]'
 	$(PYTHON) -m bench.run $(BENCH_ARGS)
+
+# Chaos under load: churn Pods and gangs while every component is killed in turn, invariants
+# checked twice a second (bench/chaos). Its own cluster (/tmp/slurmgate-chaos, ports +3000).
+CHAOS_ARGS ?= --minutes 20
+chaos: deps
+	$(PYTHON) -m bench.chaos $(CHAOS_ARGS)
 
 clean: cluster-down
 	rm -rf $(RUN_DIR) kustomize/overlays/*/generated

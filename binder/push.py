@@ -28,6 +28,7 @@ log = logging.getLogger("slurmgate.push")
 
 PATH = "/slurm/v1/job-events"
 EVENTS = ("started", "ended")
+QUIET = ("ignored", "early")
 MAX_BODY = 64 * 1024  # a hostlist of thousands of nodes compresses to far less
 
 
@@ -69,7 +70,9 @@ def handler(token: bytes, leading: Callable[[], JobTracker | None]) -> Handler:
             return web.Response(status=503, text="not the leader\n")
         outcome = tracker.pushed(int(job_s), event, nodes)
         metrics.SLURM_PUSHES.labels(event, outcome).inc()
-        log.debug("slurm push", extra=kv(job=int(job_s), slurm_event=event, outcome=outcome))
+        # pushes about other people's jobs are most of them on a busy site: those stay quiet
+        level = logging.DEBUG if outcome in QUIET else logging.INFO
+        log.log(level, "slurm push", extra=kv(job=int(job_s), slurm_event=event, outcome=outcome))
         return web.Response(status=202, text=outcome + "\n")
 
     return job_events

@@ -76,6 +76,17 @@ class Kubectl:
 
 
 LOG_LINES_ON_FAILURE = 80
+# lines that name no Pod but tell what happened meanwhile (pushes, warnings, errors)
+UNNAMED_OF_INTEREST = ('"slurmgate.push"', '"level": "warning"', '"level": "error"')
+
+
+def _during(line: str, since: float) -> bool:
+    if not any(mark in line for mark in UNNAMED_OF_INTEREST):
+        return False
+    try:
+        return float(json.loads(line).get("ts", 0)) >= since
+    except (ValueError, AttributeError):
+        return False
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -96,7 +107,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         except OSError:
             continue
         if name:
-            lines = [line for line in lines if name in line]
+            lines = [line for line in lines if name in line or _during(line, call.start)]
         if lines:
             rep.sections.append((f"{component} log ({name or 'tail'})",
                                  "\n".join(lines[-LOG_LINES_ON_FAILURE:])))

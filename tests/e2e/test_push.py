@@ -27,6 +27,12 @@ pytestmark = pytest.mark.e2e
 PUSHES = "slurmgate_binder_slurm_pushes_total"
 
 
+def _pushes(bridge: Bridge) -> str:
+    with urllib.request.urlopen(f"{bridge.binder_url}/metrics", timeout=5) as r:
+        return "; ".join(line for line in r.read().decode().splitlines()
+                         if line.startswith(PUSHES))
+
+
 def _matched_starts(bridge: Bridge) -> float:
     return sum(metric(bridge.binder_url, PUSHES, f'event="started",outcome="{o}"')
                for o in ("applied", "known"))
@@ -55,7 +61,10 @@ def test_a_pushed_start_binds_and_an_end_is_pushed(local: Local, admin: Kubectl,
         slurm_cli(local, "scancel", filler)
     wait_bound(admin, ns, "p")
     # the start push reached the binder and was matched to our job, whichever came first
-    wait_until("the Pod's start pushed", lambda: _matched_starts(bridge) > matched0, 30)
+    try:
+        wait_until("the Pod's start pushed", lambda: _matched_starts(bridge) > matched0, 30)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; push counters: {_pushes(bridge)}") from None
     # the filler's end was pushed as well (not ours: counted, and nothing else)
     wait_until("the filler's end pushed", lambda: metric(
         bridge.binder_url, PUSHES, 'event="ended"') > ended0, 30)

@@ -1,0 +1,54 @@
+"""python -m bench.chaos [--minutes 20] [--seed N] [--versions 26.05,24.11,22.05]
+
+Runs on its own cluster (run dir and ports apart from the default one), so it never touches
+a cluster `make demo` left running. Exit code 1 when any invariant was violated."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+from bench.chaos import FAULTS
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.chaos")
+    ap.add_argument("--minutes", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
+    ap.add_argument("--versions", default=os.environ.get("SLURM_VERSION", "26.05"),
+                    help="comma-separated Slurm releases, one run each")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--pods", type=int, default=6, help="marked Pods kept alive by the churn")
+    ap.add_argument("--faults", default=",".join(FAULTS),
+                    help=f"which to inject (default all: {','.join(FAULTS)})")
+    ap.add_argument("--run-dir", type=Path, default=Path("/tmp/slurmgate-chaos"))
+    ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "slurmgate" / "chaos")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster running")
+    a = ap.parse_args(argv)
+    a.versions = [v for v in a.versions.split(",") if v]
+    unknown = set(a.faults.split(",")) - set(FAULTS)
+    if unknown:
+        ap.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    if a.seed is None:
+        a.seed = random.SystemRandom().randrange(1 << 31)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    # cluster.local reads these at import time: import the run only after setting them
+    os.environ.setdefault("SLURMGATE_PORT_OFFSET", "3000")
+    os.environ["SLURMGATE_RUN_DIR"] = str(a.run_dir)
+    if a.run_dir.resolve() == Path("/tmp/slurmgate") or os.environ["SLURMGATE_PORT_OFFSET"] == "0":
+        print("refusing to run on the default cluster's run dir or ports", file=sys.stderr)
+        return 2
+    from bench.chaos import run
+
+    return run.main(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""What a chaos run kills, and how each comes back: the way a site's supervisor would restart
+it (slurmctld keeps its saved state, the control plane keeps its data, the binder and webhook
+start again from nothing but the cluster)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.chaos import FAULTS
+from bench.chaos.observe import Admin, Observer, processes
+from cluster import bridge as bridge_mod
+from cluster import kube, proc, slurm_faults
+from cluster.bridge import Bridge
+from cluster.local import Local
+
+SETTLE_TIMEOUT = 180.0  # a fault the cluster has not settled from by then is a violation
+
+
+@dataclass
+class Injected:
+    name: str
+    at: float
+    down_s: float
+    detail: str = ""
+    error: str = ""
+
+
+class FaultDriver(threading.Thread):
+    """One fault at a time: a quiet gap, a kill, the restart, then wait until the observer
+    sees the cluster settled (or report that it did not)."""
+
+    def __init__(self, local: Local, bridge: Bridge, obs: Observer, rng: random.Random,
+                 gap: tuple[float, float] = (10.0, 30.0), only: tuple[str, ...] = FAULTS) -> None:
+        super().__init__(daemon=True, name="chaos-faults")
+        self.local, self.bridge, self.obs, self.rng = local, bridge, obs, rng
+        self.gap, self.only = gap, only
+        self.injected: list[Injected] = []
+        self.stop_flag = threading.Event()
+        self.admin = Admin(self.local)
+        self.slurm_dir = Path(self.local.slurm.run_dir)
+        self.kube_dir = Path(self.local.kube.run_dir)
+
+    # --- the faults: each returns what it did, and has brought the component back
+    def _slurm_daemon(self, name: str, down: float) -> str:
+        slurm_faults.kill_daemon(self.slurm_dir, name)
+        time.sleep(down)
+        slurm_faults.start_daemon(self.slurm_dir, name)
+        return name
+
+    def _slurmd(self, down: float) -> str:
+        """A node goes down for Slurm (its jobs fail over), then comes back
+        (ReturnToService=2 returns it once its slurmd registers)."""
+        node = self.rng.choice(self.local.slurm.nodes)
+        slurm_faults.kill_daemon(self.slurm_dir, f"slurmd-{node}")
+        argv, env = self.local.slurm.command("scontrol", "update", f"nodename={node}",
+                                             "state=down", "reason=chaos")
+        subprocess.run(argv, env=env, capture_output=True, timeout=20, check=False)
+        time.sleep(down)
+        slurm_faults.start_daemon(self.slurm_dir, f"slurmd-{node}", timeout=90)
+        return f"slurmd-{node}"
+
+    def _control_plane(self, name: str, down: float) -> str:
+        kube.kill_daemon(self.kube_dir, name)
+        time.sleep(down)
+        kube.start_daemon(self.kube_dir, name)
+        deadline = time.monotonic() + 120
+        while True:  # etcd back is not the API server serving again
+            try:
+                self.admin.call("GET", "/readyz", timeout=5)
+                return name
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _ours(self, name: str) -> str:
+        """SIGKILL, as an OOM kill or a node loss does; then a new process, as a Deployment's
+        controller would start one (the binder waits out the dead one's Lease)."""
+        proc.kill_and_wait(self.bridge.pids[name], name)
+        bridge_mod.start_processes(self.bridge, (name,))
+        return name
+
+    def _parse_worker(self) -> str:
+        binder = self.bridge.pids["binder"]
+        workers = [p for p in processes() if p.ppid == binder and "multiprocessing" in p.cmdline
+                   and "resource_tracker" not in p.cmdline]
+        if not workers:
+            return "no parse worker running (not spawned yet)"
+        os.kill(workers[0].pid, signal.SIGKILL)
+        return f"parse worker pid {workers[0].pid}"
+
+    def inject(self, name: str) -> Injected:
+        down = round(self.rng.uniform(1.0, 8.0), 1)
+        actions: dict[str, Callable[[], str]] = {
+            "slurmctld": lambda: self._slurm_daemon("slurmctld", down),
+            "slurmrestd": lambda: self._slurm_daemon("slurmrestd", down),
+            "slurmd": lambda: self._slurmd(max(down, 5.0)),
+            "kube-apiserver": lambda: self._control_plane("kube-apiserver", down),
+            "etcd": lambda: self._control_plane("etcd", down),
+            "binder": lambda: self._ours("binder"),
+            "webhook": lambda: self._ours("webhook"),
+            "parse-worker": self._parse_worker,
+        }
+        rec = Injected(name, time.time(), down if name not in ("parse-worker",) else 0.0)
+        self.obs.fault_started(name)
+        self.obs.note(f"FAULT {name} (down {rec.down_s}s)")
+        try:
+            rec.detail = actions[name]()
+        except Exception as e:  # a component that did not come back is reported, not hidden
+            rec.error = f"{type(e).__name__}: {e}"[:300]
+            self.obs.note(f"FAULT {name} restore failed: {rec.error}")
+        self.obs.fault_ended(name)
+        self.obs.note(f"FAULT {name} restored")
+        return rec
+
+    def run(self) -> None:
+        order: list[str] = []
+        while not self.stop_flag.wait(self.rng.uniform(*self.gap)):
+            if not order:  # every fault once per round, in a seeded order
+                order = list(self.only)
+                self.rng.shuffle(order)
+            rec = self.inject(order.pop())
+            self.injected.append(rec)
+            if rec.error:
+                continue
+            deadline = time.monotonic() + SETTLE_TIMEOUT
+            while self.obs.pending_fault is not None and not self.stop_flag.is_set():
+                if time.monotonic() > deadline:
+                    self.obs.violate_unsettled(rec.name, SETTLE_TIMEOUT)
+                    break
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(300)

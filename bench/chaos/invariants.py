@@ -1,0 +1,148 @@
+"""The rules a chaos run holds slurmgate to, as pure functions over one snapshot of the cluster
+(marked Pods read from the API server, then Slurm's queue read with squeue). Nothing here asks
+the binder: the point is to judge it from the outside."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slurmgate import contract
+
+# How precisely squeue states a start time (whole seconds), so a job counts as having run at the
+# moment the Pods were read only if it started at least this long before.
+START_PRECISION = 1.0
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+ON_NODE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "SIGNALING"})
+QUEUED_OR_RUNNING = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "SUSPENDED"})
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    state: str
+    nodes: tuple[str, ...]
+    start: float  # epoch seconds; 0 when Slurm states none (pending)
+    partition: str
+    name: str
+    comment: str
+
+    @property
+    def claim(self) -> str | None:
+        return contract.claim_from_comment(self.comment)
+
+
+@dataclass(frozen=True)
+class PodView:
+    key: str  # namespace/name
+    uid: str
+    node: str | None  # spec.nodeName
+    phase: str
+    terminating: bool
+    claim: str | None
+    gated: bool
+
+    @property
+    def occupies(self) -> bool:
+        """On a Node with containers that may still run (a terminating Pod still does)."""
+        return bool(self.node) and self.phase not in FINISHED_PHASES
+
+    @property
+    def waiting(self) -> bool:
+        return not self.node and not self.terminating and self.phase not in FINISHED_PHASES
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t_pods: float  # wall time the Pod list was asked for (before Slurm was read)
+    t_slurm: float
+    pods: tuple[PodView, ...]
+    jobs: tuple[Job, ...]
+
+
+def pod_view(p: dict[str, Any]) -> PodView:
+    meta = p.get("metadata") or {}
+    spec = p.get("spec") or {}
+    ann = meta.get("annotations") or {}
+    gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+    return PodView(f"{meta.get('namespace')}/{meta.get('name')}", meta.get("uid", ""),
+                   spec.get("nodeName") or None, (p.get("status") or {}).get("phase", ""),
+                   bool(meta.get("deletionTimestamp")), ann.get(contract.A_CLAIM) or None,
+                   contract.GATE in gates)
+
+
+def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
+    """A Node holds a Pod while a job that is not the Pod's own runs on its Slurm node.
+
+    Sound despite the two reads: the job counts only if it started before the Pods were read
+    and was still on the node when Slurm was read after them, so both were there at once."""
+    by_node: dict[str, list[PodView]] = {}
+    for p in s.pods:
+        if p.occupies and p.node:
+            by_node.setdefault(p.node, []).append(p)
+    out = []
+    for j in s.jobs:
+        if j.state not in ON_NODE_STATES or not j.start or j.start > s.t_pods - START_PRECISION:
+            continue
+        for slurm_node in j.nodes:
+            for p in by_node.get(k8s_node.get(slurm_node, ""), ()):
+                if p.claim is None or p.claim != j.claim:
+                    out.append(f"Node {p.node} holds Pod {p.key} while job {j.job_id} "
+                               f"({j.partition} {j.name}, {j.state}) runs on {slurm_node}")
+    return out
+
+
+def leaked_jobs(s: Snapshot) -> dict[str, str]:
+    """Placeholder jobs still queued or running whose claim no Pod holds: id -> description."""
+    claims = {p.claim for p in s.pods if p.claim}
+    return {str(j.job_id): f"job {j.job_id} ({j.name}, {j.state}) has no Pod"
+            for j in s.jobs
+            if j.claim and j.claim not in claims and j.state in QUEUED_OR_RUNNING}
+
+
+def duplicate_jobs(s: Snapshot) -> dict[str, str]:
+    """Claims with more than one job queued or running: claim -> description."""
+    per: dict[str, list[int]] = {}
+    for j in s.jobs:
+        if j.claim and j.state in QUEUED_OR_RUNNING:
+            per.setdefault(j.claim, []).append(j.job_id)
+    return {c: f"claim {c[:8]} has jobs {sorted(ids)}" for c, ids in per.items() if len(ids) > 1}
+
+
+def waiting_without_job(s: Snapshot) -> dict[str, str]:
+    """Gated Pods with no job of their claim in Slurm at all: key -> description."""
+    live = {j.claim for j in s.jobs if j.claim}
+    return {p.key: f"Pod {p.key} waits with no job for claim {(p.claim or '-')[:8]}"
+            for p in s.pods if p.waiting and p.claim and p.claim not in live}
+
+
+def unbound_while_running(s: Snapshot) -> dict[str, str]:
+    """Pods whose job is RUNNING but which are not bound: key -> description."""
+    running = {j.claim: j for j in s.jobs if j.claim and j.state == "RUNNING"}
+    return {p.key: f"Pod {p.key} unbound while its job {running[p.claim].job_id} runs"
+            for p in s.pods if p.waiting and p.claim in running}
+
+
+def lost_pods(vanished: dict[str, str], events: list[dict[str, Any]]) -> list[str]:
+    """Pods that went away without the harness deleting them (key -> uid) and without an
+    Event of ours saying why."""
+    told = {(e.get("involvedObject") or {}).get("uid") for e in events
+            if e.get("reportingComponent", "").startswith("slurmgate")
+            or (e.get("source") or {}).get("component", "").startswith("slurmgate")}
+    return [f"Pod {key} vanished with no Event from slurmgate"
+            for key, uid in sorted(vanished.items()) if uid not in told]
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    cmdline: str
+
+
+def orphans(procs: list[Proc], python: str) -> dict[str, str]:
+    """Our Python processes adopted by init, pid -> description: a worker or tracker that
+    outlived its binder. (The push hook detaches on purpose and is a shell script.)"""
+    return {str(p.pid): f"pid {p.pid} orphaned: {p.cmdline[:120]}" for p in procs
+            if p.ppid == 1 and p.cmdline.startswith(python)
+            and ("multiprocessing" in p.cmdline or "slurmgate" in p.cmdline)}

@@ -1,0 +1,228 @@
+"""Snapshots of the cluster every ~0.5 s, the invariants applied to each, and the time the
+cluster takes to settle after each fault. Runs in its own thread beside the churn and the
+fault driver."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.chaos import invariants as inv
+from cluster.local import Local, k8s_node_name
+from slurmgate import hostlist
+
+SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
+
+# How long each condition may last before it is a violation, counted from when it was first
+# seen or from the end of the last fault, whichever is later: the binder's own graces (orphan
+# 10 s and duplicate sweeps every 10 s in the local bridge, a lost job resubmitted after 60 s, a
+# restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
+LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
+          "unbound while its job runs": 30.0, "orphan process": 5.0}
+SETTLED_AFTER = 3.0  # in-flight work younger than this does not stop a sample counting as settled
+
+
+class Admin:
+    """The API server as the cluster admin (client certificate), without kubectl: one process
+    per call would cost more CPU than the binder does."""
+
+    def __init__(self, local: Local) -> None:
+        self.server = local.kube.server
+        pki = Path(local.kube.ca_file).parent
+        self.ctx = ssl.create_default_context(cafile=local.kube.ca_file)
+        self.ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 20.0) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.server}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
+            out: dict[str, Any] = json.loads(r.read() or b"{}")
+            return out
+
+    def pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"labelSelector": selector})
+        return list(self.call("GET", f"/api/v1/namespaces/{ns}/pods?{q}")["items"])
+
+    def events(self, ns: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", f"/api/v1/namespaces/{ns}/events")["items"])
+
+
+def _epoch(text: str) -> float:
+    try:
+        return datetime.fromisoformat(text).timestamp()  # squeue prints local time
+    except ValueError:
+        return 0.0  # N/A, Unknown
+
+
+def parse_squeue(out: str) -> list[inv.Job]:
+    jobs = []
+    for line in out.splitlines():
+        parts = line.split("|", 6)
+        if len(parts) != 7 or not parts[0].strip().isdigit():
+            continue
+        jid, state, nodes, start, part, name, comment = parts
+        try:
+            expanded = tuple(hostlist.expand(nodes)) if nodes.strip() else ()
+        except ValueError:
+            expanded = ()
+        jobs.append(inv.Job(int(jid), state, expanded, _epoch(start), part, name, comment))
+    return jobs
+
+
+def processes() -> list[inv.Proc]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        out.append(inv.Proc(int(p.name), ppid, cmd.strip()))
+    return out
+
+
+@dataclass
+class Durations:
+    """How long each item of one condition has lasted, from first sight or the last fault."""
+    since: dict[str, float] = field(default_factory=dict)
+
+    def update(self, items: dict[str, str], now: float, floor: float) -> dict[str, float]:
+        self.since = {k: self.since.get(k, now) for k in items}
+        return {k: now - max(t, floor) for k, t in self.since.items()}
+
+
+@dataclass
+class Violation:
+    t: float
+    rule: str
+    detail: str
+
+
+class Observer(threading.Thread):
+    def __init__(self, local: Local, namespaces: list[str], selector: str, python: str,
+                 deleted_by_us: set[str], lock: threading.Lock, interval: float = 0.5) -> None:
+        super().__init__(daemon=True, name="chaos-observer")
+        self.local, self.namespaces, self.selector = local, namespaces, selector
+        self.python, self.deleted, self.lock = python, deleted_by_us, lock
+        self.interval = interval
+        self.admin = Admin(local)
+        self.k8s_node = {n: k8s_node_name(n) for n in local.slurm.nodes}
+        self.stop_flag = threading.Event()
+        self.violations: list[Violation] = []
+        self._reported: set[tuple[str, str]] = set()
+        self.durations = {rule: Durations() for rule in LIMITS}
+        self.samples = self.unobservable = 0
+        self.seen: dict[str, str] = {}  # Pod key -> uid, last listing
+        self.vanished: dict[str, str] = {}
+        self.last_fault_end = 0.0
+        self.pending_fault: tuple[str, float] | None = None  # (name, restored at)
+        self.convergence: list[tuple[str, float]] = []
+        self.timeline: list[tuple[float, str]] = []
+
+    def note(self, text: str) -> None:
+        with self.lock:
+            self.timeline.append((time.time(), text))
+
+    def fault_started(self, name: str) -> None:
+        with self.lock:
+            self.pending_fault = None
+            self.last_fault_end = float("inf")  # nothing times out while a component is down
+
+    def fault_ended(self, name: str) -> None:
+        now = time.time()
+        with self.lock:
+            self.last_fault_end = now
+            self.pending_fault = (name, now)
+
+    def violate_unsettled(self, fault: str, waited: float) -> None:
+        with self.lock:
+            self.pending_fault = None
+        self._violate("did not settle", f"not settled {waited:.0f}s after {fault} came back",
+                      f"{fault}@{time.time():.0f}")
+
+    def snapshot(self) -> inv.Snapshot:
+        t_pods = time.time()
+        items = [p for ns in self.namespaces for p in self.admin.pods(ns, self.selector)]
+        argv, env = self.local.slurm.command("squeue", "-h", "-a", "-o", SQUEUE_FORMAT)
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20,
+                             check=True).stdout
+        return inv.Snapshot(t_pods, time.time(), tuple(inv.pod_view(p) for p in items),
+                            tuple(parse_squeue(out)))
+
+    def _violate(self, rule: str, detail: str, key: str) -> None:
+        if (rule, key) in self._reported:
+            return
+        self._reported.add((rule, key))
+        with self.lock:
+            self.violations.append(Violation(time.time(), rule, detail))
+            self.timeline.append((time.time(), f"VIOLATION {rule}: {detail}"))
+
+    def check(self, s: inv.Snapshot) -> bool:
+        """Apply every rule to one snapshot; True when the cluster is settled."""
+        now = s.t_slurm
+        with self.lock:
+            floor = self.last_fault_end
+            deleted = set(self.deleted)
+        for d in inv.sharing(s, self.k8s_node):
+            self._violate("node shared", d, d)
+        listed = {p.key: p.uid for p in s.pods}
+        for key, uid in self.seen.items():
+            if key not in listed and key not in deleted:
+                self.vanished[key] = uid
+        self.seen = listed
+        conditions = {
+            "leaked job": inv.leaked_jobs(s),
+            "duplicate jobs": inv.duplicate_jobs(s),
+            "waiting without a job": inv.waiting_without_job(s),
+            "unbound while its job runs": inv.unbound_while_running(s),
+            "orphan process": inv.orphans(processes(), self.python),
+        }
+        settled = True
+        for rule, items in conditions.items():
+            ages = self.durations[rule].update(items, now, floor)
+            for key, age in ages.items():
+                if age > LIMITS[rule]:
+                    self._violate(rule, f"{items[key]} (for {age:.0f}s)", key)
+                if age > SETTLED_AFTER or floor == float("inf"):
+                    settled = False
+        return settled
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(self.interval):
+            try:
+                s = self.snapshot()
+            except Exception:  # the API server or slurmctld is down: nothing to judge
+                self.unobservable += 1
+                continue
+            self.samples += 1
+            settled = self.check(s)
+            with self.lock:
+                if settled and self.pending_fault is not None:
+                    name, at = self.pending_fault
+                    self.convergence.append((name, time.time() - at))
+                    self.pending_fault = None
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(30)
+
+    def final_checks(self) -> None:
+        """Pods that vanished are lost unless an Event of ours says why (read at the end: an
+        Event written during an API server restart is retried by the binder)."""
+        events = [e for ns in self.namespaces for e in self.admin.events(ns)]
+        for d in inv.lost_pods(self.vanished, events):
+            self._violate("lost Pod", d, d)

@@ -1,0 +1,79 @@
+"""The chaos run's figures per Slurm release, and for each violation the timeline before it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from bench.chaos.churn import ChurnStats
+from bench.chaos.faults import Injected
+from bench.chaos.observe import Observer, Violation
+
+TIMELINE_BEFORE = 25  # entries printed before each violation
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, round(q * (len(v) - 1)))]
+
+
+def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
+            injected: list[Injected], obs: Observer) -> dict[str, Any]:
+    conv = [t for _, t in obs.convergence]
+    per_fault: dict[str, list[float]] = {}
+    for name, t in obs.convergence:
+        per_fault.setdefault(name, []).append(t)
+    return {
+        "slurm_version": version, "seed": seed, "minutes": minutes,
+        "pods_created": churn.created, "gangs": churn.gangs, "time_limited": churn.time_limited,
+        "pods_deleted": churn.deleted, "creates_refused": churn.create_failed,
+        "batch_jobs": churn.batch_submitted, "faults": dict(Counter(i.name for i in injected)),
+        "faults_not_restored": [f"{i.name}: {i.error}" for i in injected if i.error],
+        "violations": [vars(v) for v in obs.violations],
+        "settle_p50_s": percentile(conv, 0.5), "settle_p99_s": percentile(conv, 0.99),
+        "settle_per_fault": {k: {"n": len(v), "p50": percentile(v, 0.5),
+                                 "max": max(v)} for k, v in sorted(per_fault.items())},
+        "samples": obs.samples, "unobservable_samples": obs.unobservable,
+        "errors": churn.errors,
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def table(s: dict[str, Any]) -> str:
+    lines = [
+        f"== chaos on Slurm {s['slurm_version']}: seed {s['seed']}, {s['minutes']} min",
+        f"Pods created {s['pods_created']} (gangs {s['gangs']}, time-limited "
+        f"{s['time_limited']}), deleted {s['pods_deleted']}, creates refused "
+        f"{s['creates_refused']}; batch jobs {s['batch_jobs']}",
+        f"faults injected {sum(s['faults'].values())}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(s['faults'].items())),
+        f"violations: {len(s['violations'])}",
+        f"settle after a fault: p50 {_fmt(s['settle_p50_s'])} s, p99 {_fmt(s['settle_p99_s'])} s",
+    ]
+    for k, v in s["settle_per_fault"].items():
+        lines.append(f"  {k:15s} n={v['n']:<3d} p50 {_fmt(v['p50'])} s  max {_fmt(v['max'])} s")
+    lines.append(f"samples {s['samples']} (unobservable {s['unobservable_samples']})")
+    if s["faults_not_restored"]:
+        lines.append("not restored: " + "; ".join(s["faults_not_restored"]))
+    return "\n".join(lines)
+
+
+def timelines(obs: Observer, seed: int) -> str:
+    """For each violation, what happened before it (faults and churn), with the seed."""
+    out = []
+    for v in obs.violations:
+        out.append(_one(v, obs.timeline, seed))
+    return "\n".join(out)
+
+
+def _one(v: Violation, timeline: list[tuple[float, str]], seed: int) -> str:
+    before = [(t, e) for t, e in timeline if t <= v.t][-TIMELINE_BEFORE:]
+    t0 = before[0][0] if before else v.t
+    lines = [f"-- VIOLATION {v.rule} (seed {seed}): {v.detail}"]
+    lines += [f"   +{t - t0:7.1f}s {e}" for t, e in before]
+    return "\n".join(lines)

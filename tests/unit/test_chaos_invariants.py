@@ -1,0 +1,100 @@
+"""The chaos run's rules on hand-made snapshots: each one fires on a violation and stays quiet
+on the legitimate states next to it (the two-read race, a Pod's own job, a terminating Pod)."""
+
+from __future__ import annotations
+
+from bench.chaos import invariants as inv
+from bench.chaos.observe import Durations, parse_squeue
+from slurmgate import contract
+
+K8S = {"n1": "kwok-n1", "n2": "kwok-n2"}
+T = 1_000_000.0
+
+
+def job(i: int, state: str = "RUNNING", nodes: tuple[str, ...] = ("n1",), start: float = T - 10,
+        claim: str | None = "c1", partition: str = "k8s") -> inv.Job:
+    comment = contract.job_comment(claim, "ns", "p") if claim else ""
+    return inv.Job(i, state, nodes, start, partition, f"j{i}", comment)
+
+
+def pod(name: str = "p", node: str | None = "kwok-n1", claim: str | None = "c1",
+        phase: str = "Running", terminating: bool = False) -> inv.PodView:
+    return inv.PodView(f"ns/{name}", f"uid-{name}", node, phase, terminating, claim,
+                       node is None)
+
+
+def snap(pods: list[inv.PodView], jobs: list[inv.Job]) -> inv.Snapshot:
+    return inv.Snapshot(T, T + 0.2, tuple(pods), tuple(jobs))
+
+
+def test_a_batch_job_beside_a_bound_pod_is_sharing_even_while_the_pod_terminates() -> None:
+    batch = job(7, claim=None, partition="scavenger")
+    assert inv.sharing(snap([pod()], [job(1), batch]), K8S)
+    assert inv.sharing(snap([pod(terminating=True)], [batch]), K8S)
+    assert not inv.sharing(snap([pod(phase="Succeeded")], [batch]), K8S)  # its containers ended
+    assert not inv.sharing(snap([pod(node="kwok-n2")], [batch]), K8S)
+
+
+def test_sharing_needs_the_job_to_have_started_before_the_pods_were_read() -> None:
+    # started after the Pod list: the Pod may have left in between (no proof of overlap)
+    late = job(7, claim=None, start=T - 0.5)
+    assert not inv.sharing(snap([pod()], [late]), K8S)
+    assert not inv.sharing(snap([pod()], [job(7, claim=None, state="PENDING", start=0)]), K8S)
+
+
+def test_a_pods_own_job_and_gang_are_not_sharing_but_another_claims_job_is() -> None:
+    gang = job(3, nodes=("n1", "n2"), claim="g")
+    assert not inv.sharing(snap([pod("a", "kwok-n1", "g"), pod("b", "kwok-n2", "g")], [gang]),
+                           K8S)
+    assert inv.sharing(snap([pod("a", "kwok-n1", "other")], [gang]), K8S)
+
+
+def test_leaked_and_duplicate_jobs() -> None:
+    assert inv.leaked_jobs(snap([], [job(1)])) == {"1": "job 1 (j1, RUNNING) has no Pod"}
+    assert not inv.leaked_jobs(snap([pod()], [job(1)]))
+    assert not inv.leaked_jobs(snap([], [job(1, state="COMPLETING")]))  # already let go
+    assert not inv.leaked_jobs(snap([], [job(1, claim=None)]))  # not ours
+    assert inv.duplicate_jobs(snap([pod()], [job(1), job(2, state="PENDING")]))
+    assert not inv.duplicate_jobs(snap([pod()], [job(1, state="COMPLETING"), job(2)]))
+
+
+def test_waiting_pods_need_a_job_and_a_running_job_needs_its_pod_bound() -> None:
+    waiting = pod(node=None)
+    assert inv.waiting_without_job(snap([waiting], []))
+    assert not inv.waiting_without_job(snap([waiting], [job(1, state="PENDING")]))
+    assert not inv.waiting_without_job(snap([pod(node=None, terminating=True)], []))
+    assert inv.unbound_while_running(snap([waiting], [job(1)]))
+    assert not inv.unbound_while_running(snap([waiting], [job(1, state="PENDING")]))
+
+
+def test_a_vanished_pod_is_lost_only_without_an_event_of_ours() -> None:
+    ours = {"involvedObject": {"uid": "u1"}, "reportingComponent": "slurmgate-binder"}
+    theirs = {"involvedObject": {"uid": "u2"}, "reportingComponent": "kubelet"}
+    assert inv.lost_pods({"ns/a": "u1", "ns/b": "u2"}, [ours, theirs]) == [
+        "Pod ns/b vanished with no Event from slurmgate"]
+
+
+def test_orphans_are_our_python_processes_under_init() -> None:
+    py = "/venv/bin/python"
+    procs = [inv.Proc(10, 1, f"{py} -c from multiprocessing.spawn import spawn_main"),
+             inv.Proc(11, 9, f"{py} -c from multiprocessing.spawn import spawn_main"),
+             inv.Proc(12, 1, "/bin/sh /run/hook/slurmgate-notify"),
+             inv.Proc(13, 1, f"{py} -m slurmgate.binder")]
+    assert sorted(inv.orphans(procs, py)) == ["10", "13"]
+
+
+def test_durations_start_again_after_a_fault() -> None:
+    d = Durations()
+    assert d.update({"x": "."}, now=100.0, floor=0.0) == {"x": 0.0}
+    assert d.update({"x": "."}, now=130.0, floor=0.0) == {"x": 30.0}
+    assert d.update({"x": "."}, now=140.0, floor=135.0) == {"x": 5.0}  # a fault ended at 135
+    assert d.update({}, now=150.0, floor=0.0) == {}
+    assert d.update({"x": "."}, now=160.0, floor=0.0) == {"x": 0.0}  # gone, then back: anew
+
+
+def test_squeue_rows_with_hostlists_and_no_start() -> None:
+    out = ("12|RUNNING|n[1-2]|2026-12-04T21:00:00|k8s|k8s:ns/g|slurmgate claim=abc group=ns/g\n"
+           "13|PENDING||N/A|scavenger|chaos-scavenger|\n")
+    a, b = parse_squeue(out)
+    assert a.nodes == ("n1", "n2") and a.claim == "abc" and a.start > 0
+    assert b.nodes == () and b.start == 0.0 and b.claim is None
