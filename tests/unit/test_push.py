@@ -4,8 +4,10 @@ change is bounded, and no poll answer older than a push takes a started job back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -235,3 +237,49 @@ def test_a_reused_job_id_is_left_to_the_polls() -> None:
     assert t.by_claim["new"].state == "PENDING" and seen == []
     t._apply([job(68, "RUNNING", ("n1",), claim="new")], sent=time.monotonic())
     assert t.by_claim["new"].state == "RUNNING"  # the polls still bind it when it really runs
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("setsid") is None
+                    or not Path("/proc/self/stat").exists(),
+                    reason="the detached send needs bash, setsid and /proc")
+async def test_the_send_survives_slurmctld_killing_the_hooks_process_group(
+        tmp_path: Path, unused_tcp_port: int) -> None:
+    """slurmctld runs the hook as a process group leader and SIGKILLs the group the moment the
+    hook exits ("kill children too"): a send not yet out of that group is lost. Done as
+    slurmctld does it, every one of these starts must arrive."""
+    shutil.copy2(HOOK, tmp_path / "slurmgate-notify")
+    conf = tmp_path / "slurmgate"
+    conf.mkdir()
+    (conf / "endpoint").write_text(f"127.0.0.1:{unused_tcp_port}\n")
+    (conf / "token").write_text("tok-" + "y" * 20 + "\n")
+    runs = 20
+    got: set[str] = set()
+    all_in = asyncio.Event()
+
+    async def record(request: web.Request) -> web.Response:
+        got.add(dict(p.split("=", 1) for p in (await request.text()).split("&"))["job"])
+        if len(got) == runs:
+            all_in.set()
+        return web.Response(status=202, text="applied\n")
+
+    app = web.Application()
+    app.router.add_post(push.PATH, record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        for job in range(1, runs + 1):
+            proc = await asyncio.create_subprocess_exec(
+                str(tmp_path / "slurmgate-notify"), process_group=0,
+                env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": str(job),
+                     "SLURM_JOB_NODELIST": "n1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+            assert await asyncio.wait_for(proc.wait(), 10) == 0
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # nothing left in the group: as it should be
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_in.wait(), 10)
+        assert sorted(map(int, got)) == list(range(1, runs + 1))
+    finally:
+        await runner.cleanup()
