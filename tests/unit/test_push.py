@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -162,10 +163,10 @@ def test_token_must_not_be_trivial(tmp_path: Path) -> None:
     assert push.read_token(str(f)) == b"a-long-enough-random-token"
 
 
-async def _hook_run(tmp_path: Path, env: dict[str, str], port: int,
-                    expect: int = 0) -> tuple[int, list[str]]:
-    """Run the real hook script against a listener that records what it was told; wait (with
-    a deadline) for `expect` requests: the script returns before its detached child sends."""
+@contextlib.asynccontextmanager
+async def _listener(port: int, expect: int) -> AsyncIterator[tuple[list[str], asyncio.Event]]:
+    """A push listener that records what it is told (the Authorization header and the body);
+    the event is set once `expect` requests came in."""
     got: list[str] = []
     enough = asyncio.Event()
     if not expect:
@@ -183,13 +184,21 @@ async def _hook_run(tmp_path: Path, env: dict[str, str], port: int,
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
+        yield got, enough
+    finally:
+        await runner.cleanup()
+
+
+async def _hook_run(tmp_path: Path, env: dict[str, str], port: int,
+                    expect: int = 0) -> tuple[int, list[str]]:
+    """Run the real hook script against a listener that records what it was told; wait (with
+    a deadline) for `expect` requests: the script returns before its detached child sends."""
+    async with _listener(port, expect) as (got, enough):
         proc = await asyncio.create_subprocess_exec(
             str(tmp_path / "slurmgate-notify"), env={"PATH": os.environ["PATH"], **env})
         rc = await asyncio.wait_for(proc.wait(), 10)
         await asyncio.wait_for(enough.wait(), 10)
         return rc, got
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
@@ -253,25 +262,11 @@ async def test_the_send_survives_slurmctld_killing_the_hooks_process_group(
     (conf / "endpoint").write_text(f"127.0.0.1:{unused_tcp_port}\n")
     (conf / "token").write_text("tok-" + "y" * 20 + "\n")
     runs = 20
-    got: set[str] = set()
-    all_in = asyncio.Event()
-
-    async def record(request: web.Request) -> web.Response:
-        got.add(dict(p.split("=", 1) for p in (await request.text()).split("&"))["job"])
-        if len(got) == runs:
-            all_in.set()
-        return web.Response(status=202, text="applied\n")
-
-    app = web.Application()
-    app.router.add_post(push.PATH, record)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    try:
-        for job in range(1, runs + 1):
+    async with _listener(unused_tcp_port, runs) as (got, all_in):
+        for job_id in range(1, runs + 1):
             proc = await asyncio.create_subprocess_exec(
                 str(tmp_path / "slurmgate-notify"), process_group=0,
-                env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": str(job),
+                env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": str(job_id),
                      "SLURM_JOB_NODELIST": "n1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
             assert await asyncio.wait_for(proc.wait(), 10) == 0
             try:
@@ -280,6 +275,5 @@ async def test_the_send_survives_slurmctld_killing_the_hooks_process_group(
                 pass  # nothing left in the group: as it should be
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_in.wait(), 10)
-        assert sorted(map(int, got)) == list(range(1, runs + 1))
-    finally:
-        await runner.cleanup()
+        sent = sorted(int(body.rsplit("job=", 1)[1].split("&", 1)[0]) for body in got)
+        assert sent == list(range(1, runs + 1))
