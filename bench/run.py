@@ -43,6 +43,7 @@ from pathlib import Path
 
 # cluster.slurm_release reads no environment at import (cluster.local does), so the versions
 # can be checked here before the environment is set
+from bench import util
 from cluster import slurm_release
 
 DEFAULT_RUN_DIR = Path("/tmp/slurmgate-bench")
@@ -141,15 +142,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    # Our own cluster, never the default one: cluster.local reads these at import time.
-    os.environ.setdefault("SLURMGATE_PORT_OFFSET", "2000")
-    os.environ["SLURMGATE_RUN_DIR"] = str(a.run_dir)
     # at load average 200 (1,000 placeholder jobs starting on 2 cores) the apiserver stalls
     # for over 15 s; a binder that cannot renew its Lease exits by design, and here nothing
     # would restart it. A real Deployment restarts it; the bench keeps it with a longer Lease.
     os.environ.setdefault("SLURMGATE_LEASE_SECONDS", "120")
-    if a.run_dir.resolve() == Path("/tmp/slurmgate") or os.environ["SLURMGATE_PORT_OFFSET"] == "0":
-        print("refusing to run on the default cluster's run dir or ports", file=sys.stderr)
+    if not util.use_own_cluster(a.run_dir, port_offset=2000):
         return 2
     from bench import suite  # after the environment is set
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -170,3 +171,15 @@ class Stopwatch:
 
     def __call__(self) -> float:
         return time.monotonic() - self.t0
+
+
+def use_own_cluster(run_dir: Path, port_offset: int) -> bool:
+    """Point cluster.local (it reads these at import time: call before importing it) at a
+    cluster of the bench's own, never the default one `make cluster-up` and the tests use.
+    False, with a message, when that would still be the default run dir or ports."""
+    os.environ.setdefault("SLURMGATE_PORT_OFFSET", str(port_offset))
+    os.environ["SLURMGATE_RUN_DIR"] = str(run_dir)
+    if run_dir.resolve() == Path("/tmp/slurmgate") or os.environ["SLURMGATE_PORT_OFFSET"] == "0":
+        print("refusing to run on the default cluster's run dir or ports", file=sys.stderr)
+        return False
+    return True

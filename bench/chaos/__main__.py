@@ -11,6 +11,7 @@ import random
 import sys
 from pathlib import Path
 
+from bench import util
 from bench.chaos import FAULTS
 
 
@@ -39,13 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    # cluster.local reads these at import time: import the run only after setting them
-    os.environ.setdefault("SLURMGATE_PORT_OFFSET", "3000")
-    os.environ["SLURMGATE_RUN_DIR"] = str(a.run_dir)
-    if a.run_dir.resolve() == Path("/tmp/slurmgate") or os.environ["SLURMGATE_PORT_OFFSET"] == "0":
-        print("refusing to run on the default cluster's run dir or ports", file=sys.stderr)
+    if not util.use_own_cluster(a.run_dir, port_offset=3000):
         return 2
-    from bench.chaos import run
+    from bench.chaos import run  # only now: cluster.local reads the environment at import
 
     return run.main(a)
 
