@@ -92,6 +92,12 @@ def _ready(url: str, cafile: str | None) -> bool:
         return r.status == 200 and (b"standby" not in r.read())
 
 
+def components_ready(b: Bridge) -> bool:
+    """The webhook serves and the binder leads, by their own /readyz."""
+    ca = str(Path(b.run_dir) / "certs" / "ca.crt")
+    return (_ready(f"{b.webhook_url}/readyz", ca) and _ready(f"{b.binder_url}/readyz", None))
+
+
 def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
                     extra_env: dict[str, str] | None = None) -> None:
     """Start the processes; `extra_env` (e.g. a crash point) applies to this start only."""

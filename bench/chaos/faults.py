@@ -43,6 +43,7 @@ class FaultDriver(threading.Thread):
         self.local, self.bridge, self.obs, self.rng = local, bridge, obs, rng
         self.gap, self.only = gap, only
         self.injected: list[Injected] = []
+        self.restarts: dict[str, int] = {}  # exits of our own the supervisor restarted
         self.stop_flag = threading.Event()
         self.admin = Admin(self.local)
         self.slurm_dir = Path(self.local.slurm.run_dir)
@@ -121,9 +122,32 @@ class FaultDriver(threading.Thread):
         self.obs.note(f"FAULT {name} restored")
         return rec
 
+    def supervise(self) -> None:
+        """Start again a binder or webhook that exited on its own, as a Deployment would (a
+        binder that cannot renew its Lease while the API server is away exits by design)."""
+        for name in ("binder", "webhook"):
+            pid = self.bridge.pids.get(name)
+            if pid is not None and not proc.alive(pid):
+                proc.reap(pid)
+                self.obs.note(f"SUPERVISOR {name} pid {pid} had exited: started again")
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                try:
+                    bridge_mod.start_processes(self.bridge, (name,))
+                except Exception as e:
+                    self.obs.note(f"SUPERVISOR {name} did not come back: {e}"[:300])
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait, supervising meanwhile; False once asked to stop."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self.stop_flag.wait(min(0.5, max(0.0, end - time.monotonic()))):
+                return False
+            self.supervise()
+        return True
+
     def run(self) -> None:
         order: list[str] = []
-        while not self.stop_flag.wait(self.rng.uniform(*self.gap)):
+        while self._pause(self.rng.uniform(*self.gap)):
             if not order:  # every fault once per round, in a seeded order
                 order = list(self.only)
                 self.rng.shuffle(order)
@@ -136,7 +160,7 @@ class FaultDriver(threading.Thread):
                 if time.monotonic() > deadline:
                     self.obs.violate_unsettled(rec.name, SETTLE_TIMEOUT)
                     break
-                time.sleep(0.5)
+                self._pause(0.5)
 
     def stop(self) -> None:
         self.stop_flag.set()

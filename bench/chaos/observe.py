@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -104,6 +105,10 @@ class Durations:
         self.since = {k: self.since.get(k, now) for k in items}
         return {k: now - max(t, floor) for k, t in self.since.items()}
 
+    def oldest(self, now: float) -> float:
+        """How long the oldest item has lasted, faults not discounted (0 for none)."""
+        return max((now - t for t in self.since.values()), default=0.0)
+
 
 @dataclass
 class Violation:
@@ -114,11 +119,13 @@ class Violation:
 
 class Observer(threading.Thread):
     def __init__(self, local: Local, namespaces: list[str], selector: str, python: str,
-                 deleted_by_us: set[str], lock: threading.Lock, interval: float = 0.5) -> None:
+                 deleted_by_us: set[str], lock: threading.Lock, interval: float = 0.5,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         super().__init__(daemon=True, name="chaos-observer")
         self.local, self.namespaces, self.selector = local, namespaces, selector
         self.python, self.deleted, self.lock = python, deleted_by_us, lock
         self.interval = interval
+        self.ready = ready  # our components answer /readyz (the binder: it leads)
         self.admin = Admin(local)
         self.k8s_node = {n: k8s_node_name(n) for n in local.slurm.nodes}
         self.stop_flag = threading.Event()
@@ -191,14 +198,17 @@ class Observer(threading.Thread):
             "unbound while its job runs": inv.unbound_while_running(s),
             "orphan process": inv.orphans(processes(), self.python),
         }
-        settled = True
+        # Settled: nothing outstanding older than a moment of normal churn, counted from when
+        # it was first seen (a Pod left unbound across a fault keeps the cluster unsettled
+        # until it is bound), and nothing judged while a component is down.
+        settled = floor != float("inf")
         for rule, items in conditions.items():
             ages = self.durations[rule].update(items, now, floor)
             for key, age in ages.items():
                 if age > LIMITS[rule]:
                     self._violate(rule, f"{items[key]} (for {age:.0f}s)", key)
-                if age > SETTLED_AFTER or floor == float("inf"):
-                    settled = False
+            if self.durations[rule].oldest(now) > SETTLED_AFTER:
+                settled = False
         return settled
 
     def run(self) -> None:
@@ -210,6 +220,11 @@ class Observer(threading.Thread):
                 continue
             self.samples += 1
             settled = self.check(s)
+            if settled and self.pending_fault is not None:
+                try:
+                    settled = self.ready()
+                except Exception:
+                    settled = False
             with self.lock:
                 if settled and self.pending_fault is not None:
                     name, at = self.pending_fault

@@ -58,6 +58,9 @@ def table(s: dict[str, Any]) -> str:
     for k, v in s["settle_per_fault"].items():
         lines.append(f"  {k:15s} n={v['n']:<3d} p50 {_fmt(v['p50'])} s  max {_fmt(v['max'])} s")
     lines.append(f"samples {s['samples']} (unobservable {s['unobservable_samples']})")
+    if s.get("supervisor_restarts"):
+        lines.append("exited on their own, restarted as a Deployment would: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(s["supervisor_restarts"].items())))
     if s["faults_not_restored"]:
         lines.append("not restored: " + "; ".join(s["faults_not_restored"]))
     return "\n".join(lines)

@@ -43,7 +43,8 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
         lock = threading.Lock()
         deleted: set[str] = set()
         rng = random.Random(a.seed)
-        obs = Observer(lc, [NAMESPACE], CHAOS_LABEL, sys.executable, deleted, lock)
+        obs = Observer(lc, [NAMESPACE], CHAOS_LABEL, sys.executable, deleted, lock,
+                       ready=lambda: bridge_mod.components_ready(b))
         churn = Churn(lc, NAMESPACE, f"chaos-{a.seed}", random.Random(rng.random()), obs,
                       deleted, lock, target=a.pods)
         faults = FaultDriver(lc, b, obs, random.Random(rng.random()),
@@ -75,6 +76,7 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
         obs.final_checks()
         s = report.summary(version, a.seed, a.minutes, churn.stats, faults.injected, obs)
         s["faults_detail"] = [vars(i) for i in faults.injected]
+        s["supervisor_restarts"] = faults.restarts
         print(report.table(s), flush=True)
         if obs.violations:
             print(report.timelines(obs, a.seed), flush=True)

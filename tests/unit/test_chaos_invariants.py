@@ -92,6 +92,17 @@ def test_durations_start_again_after_a_fault() -> None:
     assert d.update({"x": "."}, now=160.0, floor=0.0) == {"x": 0.0}  # gone, then back: anew
 
 
+def test_settling_counts_from_first_sight_not_from_the_fault() -> None:
+    # an item left over from before a fault ended keeps the cluster unsettled, though the
+    # violation clock for it started again at the fault's end
+    d = Durations()
+    d.update({"x": "."}, now=100.0, floor=0.0)
+    assert d.update({"x": "."}, now=110.0, floor=109.0) == {"x": 1.0}
+    assert d.oldest(110.0) == 10.0
+    d.update({}, now=111.0, floor=109.0)
+    assert d.oldest(111.0) == 0.0
+
+
 def test_squeue_rows_with_hostlists_and_no_start() -> None:
     out = ("12|RUNNING|n[1-2]|2026-12-04T21:00:00|k8s|k8s:ns/g|slurmgate claim=abc group=ns/g\n"
            "13|PENDING||N/A|scavenger|chaos-scavenger|\n")
