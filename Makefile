@@ -26,7 +26,7 @@ export SLURMGATE_RUN_DIR := $(RUN_DIR)
 export SLURM_VERSION
 
 .PHONY: deps apt venv binaries slurm-root lint typecheck test test-unit test-e2e test-faults \
-        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos clean
+        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos test-chaos clean
 
 deps: apt venv binaries slurm-root
 
@@ -115,6 +115,10 @@ bench: deps
 CHAOS_ARGS ?= --minutes 20
 chaos: deps
 	$(PYTHON) -m bench.chaos $(CHAOS_ARGS)
+
+# The short variant CI runs: one round (every fault once, shorter quiet gaps) on $(SLURM_VERSION).
+test-chaos: deps
+	$(PYTHON) -m bench.chaos --versions $(SLURM_VERSION) --rounds 1 --gap 5 12 --minutes 10
 
 clean: cluster-down
 	rm -rf $(RUN_DIR) kustomize/overlays/*/generated

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from cluster import kube
@@ -28,6 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "slurmgate-system"
 WEBHOOK_PORT = 9443 + PORT_OFFSET
 BINDER_PORT = 9480 + PORT_OFFSET
+# Binder replicas by process name: the first one's port is the one the tests read metrics from
+BINDERS = ("binder", "binder-2")
 
 
 @dataclass
@@ -86,16 +89,37 @@ current-context: local
     path.chmod(0o600)
 
 
-def _ready(url: str, cafile: str | None) -> bool:
+def binder_port(name: str) -> int:
+    return BINDER_PORT + 10 * BINDERS.index(name)
+
+
+def binder_url(name: str) -> str:
+    return f"http://127.0.0.1:{binder_port(name)}"
+
+
+def _ready(url: str, cafile: str | None, standby_counts: bool = False) -> bool:
     ctx = ssl.create_default_context(cafile=cafile) if cafile else None
     with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-        return r.status == 200 and (b"standby" not in r.read())
+        return r.status == 200 and (standby_counts or b"standby" not in r.read())
+
+
+def _answers(url: str) -> bool:
+    try:
+        return _ready(url, None)
+    except OSError:
+        return False
+
+
+def leading_binder(b: Bridge) -> str | None:
+    """The replica that leads, by its own /readyz (None while none does)."""
+    return next((n for n in BINDERS if n in b.pids and _answers(f"{binder_url(n)}/readyz")),
+                None)
 
 
 def components_ready(b: Bridge) -> bool:
-    """The webhook serves and the binder leads, by their own /readyz."""
+    """The webhook serves and a binder replica leads, by their own /readyz."""
     ca = str(Path(b.run_dir) / "certs" / "ca.crt")
-    return (_ready(f"{b.webhook_url}/readyz", ca) and _ready(f"{b.binder_url}/readyz", None))
+    return _ready(f"{b.webhook_url}/readyz", ca) and leading_binder(b) is not None
 
 
 def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
@@ -106,6 +130,7 @@ def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, **b.env,
            **(extra_env or {})}
+    replicas = [n for n in BINDERS if n in b.pids or n in which]
     for name in which:
         module = "slurmgate.webhook" if name == "webhook" else "slurmgate.binder"
         args = [_python(), "-m", module]
@@ -114,7 +139,7 @@ def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
                      f"--tls-cert-file={run_dir / 'certs' / 'tls.crt'}",
                      f"--tls-key-file={run_dir / 'certs' / 'tls.key'}"]
         else:
-            args += [f"--health-listen=127.0.0.1:{BINDER_PORT}"]
+            args += [f"--health-listen=127.0.0.1:{binder_port(name)}"]
         log = open(log_dir / f"{name}.log", "ab")  # handed to the child
         proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -125,19 +150,24 @@ def start_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder"),
     if "webhook" in which:
         kube.wait_for("webhook /readyz", lambda: _ready(f"{b.webhook_url}/readyz", ca), 60,
                       b.pids["webhook"], log_dir / "webhook.log")
-    if "binder" in which:
-        kube.wait_for("binder /readyz (leader)", lambda: _ready(f"{b.binder_url}/readyz", None),
-                      60, b.pids["binder"], log_dir / "binder.log")
+    # alone a binder must lead; beside another replica, standing by is as good as leading
+    standby_ok = len(replicas) > 1
+    for name in (n for n in BINDERS if n in which):
+        url = f"{binder_url(name)}/readyz"
+        kube.wait_for(f"{name} /readyz ({'serving' if standby_ok else 'leader'})",
+                      partial(_ready, url, None, standby_ok), 60, b.pids[name],
+                      log_dir / f"{name}.log")
 
 
-def stop_processes(b: Bridge, which: tuple[str, ...] = ("webhook", "binder")) -> None:
+def stop_processes(b: Bridge, which: tuple[str, ...] = ("webhook", *BINDERS)) -> None:
     kube.stop_pids({k: v for k, v in b.pids.items() if k in which}, timeout=10)
     for k in which:
         b.pids.pop(k, None)
     _save(b)
 
 
-def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
+def up(local: Local | None = None, fail_open: bool = False, binders: int = 1) -> Bridge:
+    """`binders`: how many binder replicas (one leads, the others stand by)."""
     local = local or load()
     run_dir = local.run_dir / "bridge"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +178,7 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
     sa_kc = run_dir / "slurmgate.kubeconfig"
     sa_kubeconfig(local, sa_kc)
     b = Bridge(str(run_dir), str(sa_kc), f"https://127.0.0.1:{WEBHOOK_PORT}",
-               f"http://127.0.0.1:{BINDER_PORT}")
+               binder_url(BINDERS[0]))
     b.env = {
         "KUBECONFIG": str(sa_kc),
         "SLURMREST_URL": local.slurm.rest_url,
@@ -166,25 +196,26 @@ def up(local: Local | None = None, fail_open: bool = False) -> Bridge:
         "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
         "BINDER_GPU_GRACE": "8",  # test_gpus waits for a job given back from a short Node
     }
-    b.env["SLURM_PUSH_TOKEN_FILE"] = str(push_hook(local, run_dir))
+    replicas = BINDERS[:binders]
+    b.env["SLURM_PUSH_TOKEN_FILE"] = str(push_hook(local, run_dir, replicas))
     if not local.slurm.root:
         # scontrol (node drain/resume on Slurm 22.05 only) reads the cluster's slurm.conf;
         # on newer Slurm everything goes through REST and the binder gets no slurm.conf
         b.env["SLURM_CONF"] = str(local.slurm.conf)
-    start_processes(b)
+    start_processes(b, ("webhook", *replicas))
     return b
 
 
-def push_hook(local: Local, run_dir: Path) -> Path:
-    """Point the cluster's slurmctld hook at this binder, with a fresh token; returns the
-    binder's copy of the token."""
+def push_hook(local: Local, run_dir: Path, replicas: tuple[str, ...] = BINDERS[:1]) -> Path:
+    """Point the cluster's slurmctld hook at these binder replicas, with a fresh token; returns
+    the binders' copy of the token."""
     token = secrets.token_urlsafe(32)
     mine = run_dir / "push-token"
     proc_write(mine, token)
     conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
     conf.mkdir(parents=True, exist_ok=True)
     proc_write(conf / "token", token)
-    (conf / "endpoint").write_text(f"127.0.0.1:{BINDER_PORT}\n")
+    (conf / "endpoint").write_text("".join(f"127.0.0.1:{binder_port(n)}\n" for n in replicas))
     return mine
 
 

@@ -22,6 +22,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--versions", default=os.environ.get("SLURM_VERSION", "26.05"),
                     help="comma-separated Slurm releases, one run each")
     ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="end after this many rounds (every fault once a round), if sooner")
+    ap.add_argument("--gap", type=float, nargs=2, default=(10.0, 30.0), metavar=("MIN", "MAX"),
+                    help="quiet seconds before each fault, drawn between MIN and MAX")
+    ap.add_argument("--binders", type=int, choices=(1, 2), default=2,
+                    help="binder replicas (with two, the binder fault kills the leader)")
     ap.add_argument("--pods", type=int, default=6, help="marked Pods kept alive by the churn")
     ap.add_argument("--faults", default=",".join(FAULTS),
                     help=f"which to inject (default all: {','.join(FAULTS)})")

@@ -60,7 +60,7 @@ class Churn(threading.Thread):
         self.stop_flag = threading.Event()
         self.n = 0
 
-    def _create(self, name: str, annotations: dict[str, str] | None = None) -> bool:
+    def _create_pod(self, name: str, annotations: dict[str, str] | None = None) -> bool:
         try:
             self.admin.call("POST", f"/api/v1/namespaces/{self.ns}/pods",
                             pod(name, self.run_id, annotations), timeout=30)
@@ -73,7 +73,7 @@ class Churn(threading.Thread):
         self.obs.note(f"created {self.ns}/{name} {annotations or ''}")
         return True
 
-    def _delete(self, name: str) -> None:
+    def _delete_pod(self, name: str) -> None:
         with self.lock:
             self.deleted.add(f"{self.ns}/{name}")  # before the call: the watch may beat us
         try:
@@ -94,13 +94,14 @@ class Churn(threading.Thread):
             group = f"g{self.n}"
             self.stats.gangs += 1
             for i in range(2):
-                self._create(f"{group}-{i}", {contract.A_GROUP: group, contract.A_GROUP_SIZE: "2",
-                                              contract.A_GROUP_INDEX: str(i)})
+                self._create_pod(f"{group}-{i}", {
+                    contract.A_GROUP: group, contract.A_GROUP_SIZE: "2",
+                    contract.A_GROUP_INDEX: str(i)})
         elif kind < 0.30:
-            if self._create(f"t{self.n}", {contract.A_TIME_LIMIT: "1"}):
+            if self._create_pod(f"t{self.n}", {contract.A_TIME_LIMIT: "1"}):
                 self.stats.time_limited += 1
         else:
-            self._create(f"p{self.n}")
+            self._create_pod(f"p{self.n}")
 
     def _batch(self) -> None:
         """Keep two scavenger jobs in Slurm (our Pods preempt them), and now and then a short
@@ -135,7 +136,7 @@ class Churn(threading.Thread):
             if len(self.live) < self.target or self.rng.random() < 0.3:
                 self._add()
             if len(self.live) > self.target or (self.live and self.rng.random() < 0.3):
-                self._delete(self.rng.choice(self.live))
+                self._delete_pod(self.rng.choice(self.live))
             self._batch()
             # Pods the binder evicted (a time limit, a preemption) are no longer ours to delete
             if self.rng.random() < 0.2:
@@ -157,4 +158,4 @@ class Churn(threading.Thread):
         for _ in range(2):
             self._forget_gone()
             for name in list(self.live):
-                self._delete(name)
+                self._delete_pod(name)

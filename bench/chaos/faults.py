@@ -38,10 +38,12 @@ class FaultDriver(threading.Thread):
     sees the cluster settled (or report that it did not)."""
 
     def __init__(self, local: Local, bridge: Bridge, obs: Observer, rng: random.Random,
-                 gap: tuple[float, float] = (10.0, 30.0), only: tuple[str, ...] = FAULTS) -> None:
+                 gap: tuple[float, float] = (10.0, 30.0), only: tuple[str, ...] = FAULTS,
+                 rounds: int | None = None) -> None:
         super().__init__(daemon=True, name="chaos-faults")
         self.local, self.bridge, self.obs, self.rng = local, bridge, obs, rng
-        self.gap, self.only = gap, only
+        self.gap, self.only, self.rounds = gap, only, rounds
+        self.rounds_done = 0
         self.injected: list[Injected] = []
         self.restarts: dict[str, int] = {}  # exits of our own the supervisor restarted
         self.stop_flag = threading.Event()
@@ -75,7 +77,7 @@ class FaultDriver(threading.Thread):
         deadline = time.monotonic() + 120
         while True:  # etcd back is not the API server serving again
             try:
-                self.admin.call("GET", "/readyz", timeout=5)
+                self.admin.raw("GET", "/readyz", timeout=5)  # plain text "ok"
                 return name
             except Exception:
                 if time.monotonic() > deadline:
@@ -84,7 +86,10 @@ class FaultDriver(threading.Thread):
 
     def _ours(self, name: str) -> str:
         """SIGKILL, as an OOM kill or a node loss does; then a new process, as a Deployment's
-        controller would start one (the binder waits out the dead one's Lease)."""
+        controller would start one. Of several binder replicas the leader is killed: a standby
+        takes over once the dead one's Lease expires."""
+        if name == "binder":
+            name = bridge_mod.leading_binder(self.bridge) or "binder"
         proc.kill_and_wait(self.bridge.pids[name], name)
         bridge_mod.start_processes(self.bridge, (name,))
         return name
@@ -100,17 +105,21 @@ class FaultDriver(threading.Thread):
 
     def inject(self, name: str) -> Injected:
         down = round(self.rng.uniform(1.0, 8.0), 1)
+        if name == "slurmd":  # long enough for slurmctld to see the node gone
+            down = max(down, 5.0)
         actions: dict[str, Callable[[], str]] = {
             "slurmctld": lambda: self._slurm_daemon("slurmctld", down),
             "slurmrestd": lambda: self._slurm_daemon("slurmrestd", down),
-            "slurmd": lambda: self._slurmd(max(down, 5.0)),
+            "slurmd": lambda: self._slurmd(down),
             "kube-apiserver": lambda: self._control_plane("kube-apiserver", down),
             "etcd": lambda: self._control_plane("etcd", down),
             "binder": lambda: self._ours("binder"),
             "webhook": lambda: self._ours("webhook"),
             "parse-worker": self._parse_worker,
         }
-        rec = Injected(name, time.time(), down if name not in ("parse-worker",) else 0.0)
+        # our processes and the parse worker are killed and started again at once
+        killed_only = name in ("binder", "webhook", "parse-worker")
+        rec = Injected(name, time.time(), 0.0 if killed_only else down)
         self.obs.fault_started(name)
         self.obs.note(f"FAULT {name} (down {rec.down_s}s)")
         try:
@@ -125,7 +134,7 @@ class FaultDriver(threading.Thread):
     def supervise(self) -> None:
         """Start again a binder or webhook that exited on its own, as a Deployment would (a
         binder that cannot renew its Lease while the API server is away exits by design)."""
-        for name in ("binder", "webhook"):
+        for name in ("webhook", *bridge_mod.BINDERS):
             pid = self.bridge.pids.get(name)
             if pid is not None and not proc.alive(pid):
                 proc.reap(pid)
@@ -148,11 +157,14 @@ class FaultDriver(threading.Thread):
     def run(self) -> None:
         order: list[str] = []
         while self._pause(self.rng.uniform(*self.gap)):
+            if not order and self.rounds is not None and self.rounds_done >= self.rounds:
+                return  # the short variant: this many rounds, then the run ends
             if not order:  # every fault once per round, in a seeded order
                 order = list(self.only)
                 self.rng.shuffle(order)
             rec = self.inject(order.pop())
             self.injected.append(rec)
+            self.rounds_done += not order
             if rec.error:
                 continue
             deadline = time.monotonic() + SETTLE_TIMEOUT

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -29,7 +30,10 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-SETTLED_AFTER = 3.0  # in-flight work younger than this does not stop a sample counting as settled
+LOUD = ("FAULT", "SUPERVISOR")
+# Outstanding items first seen up to this long after a fault's restore (or after our components
+# answered ready again, if later) are the fault's to clear; later ones are the churn's own.
+SETTLED_AFTER = 3.0
 
 
 class Admin:
@@ -42,14 +46,19 @@ class Admin:
         self.ctx = ssl.create_default_context(cafile=local.kube.ca_file)
         self.ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
-             timeout: float = 20.0) -> dict[str, Any]:
+    def raw(self, method: str, path: str, body: dict[str, Any] | None = None,
+            timeout: float = 20.0) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.server}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
-            out: dict[str, Any] = json.loads(r.read() or b"{}")
+            out: bytes = r.read()
             return out
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 20.0) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.raw(method, path, body, timeout) or b"{}")
+        return out
 
     def pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode({"labelSelector": selector})
@@ -57,6 +66,10 @@ class Admin:
 
     def events(self, ns: str) -> list[dict[str, Any]]:
         return list(self.call("GET", f"/api/v1/namespaces/{ns}/events")["items"])
+
+
+def _progress(text: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 def _epoch(text: str) -> float:
@@ -105,9 +118,9 @@ class Durations:
         self.since = {k: self.since.get(k, now) for k in items}
         return {k: now - max(t, floor) for k, t in self.since.items()}
 
-    def oldest(self, now: float) -> float:
-        """How long the oldest item has lasted, faults not discounted (0 for none)."""
-        return max((now - t for t in self.since.values()), default=0.0)
+    def any_seen_by(self, t: float) -> bool:
+        """Whether an item still outstanding was first seen at or before t."""
+        return any(first <= t for first in self.since.values())
 
 
 @dataclass
@@ -137,16 +150,20 @@ class Observer(threading.Thread):
         self.vanished: dict[str, str] = {}
         self.last_fault_end = 0.0
         self.pending_fault: tuple[str, float] | None = None  # (name, restored at)
+        self.ready_at: float | None = None  # when our components answered ready after it
         self.convergence: list[tuple[str, float]] = []
         self.timeline: list[tuple[float, str]] = []
 
     def note(self, text: str) -> None:
         with self.lock:
             self.timeline.append((time.time(), text))
+        if text.startswith(LOUD):  # the run's progress, as it happens; churn stays quiet
+            _progress(text)
 
     def fault_started(self, name: str) -> None:
         with self.lock:
             self.pending_fault = None
+            self.ready_at = None
             self.last_fault_end = float("inf")  # nothing times out while a component is down
 
     def fault_ended(self, name: str) -> None:
@@ -154,6 +171,7 @@ class Observer(threading.Thread):
         with self.lock:
             self.last_fault_end = now
             self.pending_fault = (name, now)
+            self.ready_at = None
 
     def violate_unsettled(self, fault: str, waited: float) -> None:
         with self.lock:
@@ -177,9 +195,10 @@ class Observer(threading.Thread):
         with self.lock:
             self.violations.append(Violation(time.time(), rule, detail))
             self.timeline.append((time.time(), f"VIOLATION {rule}: {detail}"))
+        _progress(f"VIOLATION {rule}: {detail}")
 
-    def check(self, s: inv.Snapshot) -> bool:
-        """Apply every rule to one snapshot; True when the cluster is settled."""
+    def check(self, s: inv.Snapshot) -> None:
+        """Apply every rule to one snapshot."""
         now = s.t_slurm
         with self.lock:
             floor = self.last_fault_end
@@ -198,18 +217,26 @@ class Observer(threading.Thread):
             "unbound while its job runs": inv.unbound_while_running(s),
             "orphan process": inv.orphans(processes(), self.python),
         }
-        # Settled: nothing outstanding older than a moment of normal churn, counted from when
-        # it was first seen (a Pod left unbound across a fault keeps the cluster unsettled
-        # until it is bound), and nothing judged while a component is down.
-        settled = floor != float("inf")
         for rule, items in conditions.items():
             ages = self.durations[rule].update(items, now, floor)
             for key, age in ages.items():
                 if age > LIMITS[rule]:
                     self._violate(rule, f"{items[key]} (for {age:.0f}s)", key)
-            if self.durations[rule].oldest(now) > SETTLED_AFTER:
-                settled = False
-        return settled
+
+    def settled(self, restored: float, now: float) -> bool:
+        """After a fault restored at `restored`: our components answer ready, and nothing the
+        fault left behind is outstanding (an item first seen by SETTLED_AFTER past the later
+        of the restore and that readiness; a Pod left unbound across a fault keeps the cluster
+        unsettled until it is bound)."""
+        if self.ready_at is None:
+            try:
+                if not self.ready():
+                    return False
+            except Exception:
+                return False
+            self.ready_at = now
+        cutoff = max(restored, self.ready_at) + SETTLED_AFTER
+        return now > cutoff and not any(d.any_seen_by(cutoff) for d in self.durations.values())
 
     def run(self) -> None:
         while not self.stop_flag.wait(self.interval):
@@ -219,16 +246,16 @@ class Observer(threading.Thread):
                 self.unobservable += 1
                 continue
             self.samples += 1
-            settled = self.check(s)
-            if settled and self.pending_fault is not None:
-                try:
-                    settled = self.ready()
-                except Exception:
-                    settled = False
+            self.check(s)
             with self.lock:
-                if settled and self.pending_fault is not None:
-                    name, at = self.pending_fault
-                    self.convergence.append((name, time.time() - at))
+                pending = self.pending_fault
+            if pending is None or not self.settled(pending[1], s.t_slurm):
+                continue
+            with self.lock:
+                if self.pending_fault == pending:  # not replaced by a newer fault meanwhile
+                    name, at = pending
+                    self.convergence.append((name, s.t_slurm - at))
+                    _progress(f"settled {s.t_slurm - at:.1f}s after {name} came back")
                     self.pending_fault = None
 
     def stop(self) -> None:

@@ -36,7 +36,7 @@ def _drained(obs: Observer) -> bool:
 def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
     lc = local_mod.up(a.run_dir, nodes=a.nodes, slurm_version=version)
     try:
-        b = bridge_mod.up(lc)
+        b = bridge_mod.up(lc, binders=a.binders)
         Admin(lc).call("POST", "/api/v1/namespaces",
                        {"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": NAMESPACE}})
@@ -47,9 +47,10 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
                        ready=lambda: bridge_mod.components_ready(b))
         churn = Churn(lc, NAMESPACE, f"chaos-{a.seed}", random.Random(rng.random()), obs,
                       deleted, lock, target=a.pods)
-        faults = FaultDriver(lc, b, obs, random.Random(rng.random()),
-                             only=tuple(a.faults.split(",")))
-        log(f"Slurm {version}: churn and faults for {a.minutes} min (seed {a.seed})")
+        faults = FaultDriver(lc, b, obs, random.Random(rng.random()), gap=a.gap,
+                             only=tuple(a.faults.split(",")), rounds=a.rounds)
+        log(f"Slurm {version}: churn and faults for {a.minutes} min"
+            f"{f' or {a.rounds} round(s) of faults' if a.rounds else ''} (seed {a.seed})")
         obs.start()
         churn.start()
         faults.start()
@@ -100,5 +101,7 @@ def main(a: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
     print(f"\nresults: {out}", flush=True)
-    bad = [r for r in results if r.get("error") or r["violations"]]
+    # a component that did not come back fails the run too: its settling was never judged
+    bad = [r for r in results if r.get("error") or r["violations"]
+           or r.get("faults_not_restored")]
     return 1 if bad else 0

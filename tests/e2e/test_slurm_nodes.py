@@ -148,13 +148,22 @@ def test_node_failure_named_in_the_eviction(local: Local, admin: Kubectl, bridge
     slurm_node = admin.get("pod", "victim", ns)["metadata"]["annotations"][contract.A_SLURM_NODE]
     assert node == k8s_node_name(slurm_node)
     job_id = job_of(admin, ns, "victim")
+    # The binder may bind on the start push, which slurmctld sends from its prolog before
+    # slurmd has launched the job: the node is failed only once the job really runs there.
+    wait_until("the job RUNNING on its node", lambda: any(
+        r["id"] == job_id and r["state"] == "RUNNING" and r["nodes"] == slurm_node
+        for r in squeue(local)), 30)
     daemon = f"slurmd-{slurm_node}"
     slurm_faults.kill_daemon(local.slurm.run_dir, daemon)
     try:
         slurm_cli(local, "scontrol", "update", f"nodename={slurm_node}", "state=down",
                   "reason=e2e node failure")
-        wait_until("the Pod evicted as SlurmNodeFailed", lambda: "SlurmNodeFailed"
-                   in _eviction_reasons(admin, ns, "victim"), 60)
+        try:
+            wait_until("the Pod evicted as SlurmNodeFailed", lambda: "SlurmNodeFailed"
+                       in _eviction_reasons(admin, ns, "victim"), 60)
+        except AssertionError as e:  # which reason it was evicted with, if not this one
+            raise AssertionError(f"{e}; Warning Events: {_eviction_reasons(admin, ns, 'victim')}"
+                                 ) from None
         # the job does not come back for a Pod that is gone
         wait_until("the job gone from the queue", lambda: not any(
             r["id"] == job_id and r["state"] in ("PENDING", "RUNNING")

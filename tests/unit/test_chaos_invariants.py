@@ -4,7 +4,7 @@ on the legitimate states next to it (the two-read race, a Pod's own job, a termi
 from __future__ import annotations
 
 from bench.chaos import invariants as inv
-from bench.chaos.observe import Durations, parse_squeue
+from bench.chaos.observe import LIMITS, Durations, Observer, parse_squeue
 from slurmgate import contract
 
 K8S = {"n1": "kwok-n1", "n2": "kwok-n2"}
@@ -98,9 +98,33 @@ def test_settling_counts_from_first_sight_not_from_the_fault() -> None:
     d = Durations()
     d.update({"x": "."}, now=100.0, floor=0.0)
     assert d.update({"x": "."}, now=110.0, floor=109.0) == {"x": 1.0}
-    assert d.oldest(110.0) == 10.0
+    assert d.any_seen_by(109.0) and not d.any_seen_by(99.0)
     d.update({}, now=111.0, floor=109.0)
-    assert d.oldest(111.0) == 0.0
+    assert not d.any_seen_by(111.0)
+
+
+def _observer(ready: list[bool]) -> Observer:
+    obs = Observer.__new__(Observer)  # the settling logic alone: no cluster behind it
+    obs.durations = {rule: Durations() for rule in LIMITS}
+    obs.ready_at = None
+    obs.ready = lambda: ready[0]
+    return obs
+
+
+def test_settled_waits_for_readiness_then_for_what_the_fault_left() -> None:
+    ready = [False]
+    obs = _observer(ready)
+    leftover = obs.durations["unbound while its job runs"]
+    leftover.update({"ns/p": "."}, now=101.0, floor=100.0)  # seen just after the restore
+    assert not obs.settled(restored=100.0, now=102.0)  # the binder does not lead yet
+    ready[0] = True
+    assert not obs.settled(restored=100.0, now=110.0)  # ready at 110; the Pod still unbound
+    assert obs.ready_at == 110.0
+    leftover.update({}, now=111.0, floor=100.0)
+    assert not obs.settled(restored=100.0, now=112.0)  # too soon after readiness to tell
+    # churn's own new items, first seen well after readiness, are not the fault's
+    obs.durations["leaked job"].update({"7": "."}, now=113.5, floor=100.0)
+    assert obs.settled(restored=100.0, now=114.0)
 
 
 def test_squeue_rows_with_hostlists_and_no_start() -> None:

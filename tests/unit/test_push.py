@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -233,6 +233,23 @@ async def test_the_hook_script_tells_the_listener_and_never_fails(tmp_path: Path
     proc = await asyncio.create_subprocess_exec(
         str(tmp_path / "slurmgate-notify"), env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "5"})
     assert await asyncio.wait_for(proc.wait(), 10) == 0 and time.monotonic() - t0 < 5
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                    reason="the hook needs bash and timeout")
+async def test_the_hook_tells_every_replica_listed_a_dead_one_first(
+        tmp_path: Path, unused_tcp_port_factory: Callable[[], int]) -> None:
+    """Two binder replicas: the hook cannot know which leads, so it tells each; a dead replica
+    listed first must not keep the push from the live one."""
+    dead, live = unused_tcp_port_factory(), unused_tcp_port_factory()
+    shutil.copy2(HOOK, tmp_path / "slurmgate-notify")
+    conf = tmp_path / "slurmgate"
+    conf.mkdir()
+    (conf / "endpoint").write_text(f"127.0.0.1:{dead}\n\n127.0.0.1:{live}\n")
+    (conf / "token").write_text("tok-" + "z" * 20 + "\n")
+    rc, got = await _hook_run(tmp_path, {"SLURMGATE_NOTIFY_CHILD": "1", "SLURM_JOB_ID": "9",
+                                         "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}, live)
+    assert rc == 0 and got == [f"Bearer tok-{'z' * 20} job=9&event=ended&nodes="]
 
 
 def test_a_reused_job_id_is_left_to_the_polls() -> None:
