@@ -151,6 +151,7 @@ class Observer(threading.Thread):
         self.last_fault_end = 0.0
         self.pending_fault: tuple[str, float] | None = None  # (name, restored at)
         self.ready_at: float | None = None  # when our components answered ready after it
+        self.clear_at: float | None = None  # first sample since with nothing of it outstanding
         self.convergence: list[tuple[str, float]] = []
         self.timeline: list[tuple[float, str]] = []
 
@@ -163,7 +164,7 @@ class Observer(threading.Thread):
     def fault_started(self, name: str) -> None:
         with self.lock:
             self.pending_fault = None
-            self.ready_at = None
+            self.ready_at = self.clear_at = None
             self.last_fault_end = float("inf")  # nothing times out while a component is down
 
     def fault_ended(self, name: str) -> None:
@@ -171,7 +172,7 @@ class Observer(threading.Thread):
         with self.lock:
             self.last_fault_end = now
             self.pending_fault = (name, now)
-            self.ready_at = None
+            self.ready_at = self.clear_at = None
 
     def violate_unsettled(self, fault: str, waited: float) -> None:
         with self.lock:
@@ -223,20 +224,27 @@ class Observer(threading.Thread):
                 if age > LIMITS[rule]:
                     self._violate(rule, f"{items[key]} (for {age:.0f}s)", key)
 
-    def settled(self, restored: float, now: float) -> bool:
-        """After a fault restored at `restored`: our components answer ready, and nothing the
-        fault left behind is outstanding (an item first seen by SETTLED_AFTER past the later
-        of the restore and that readiness; a Pod left unbound across a fault keeps the cluster
-        unsettled until it is bound)."""
+    def settled(self, restored: float, now: float) -> float | None:
+        """How long after a fault restored at `restored` the cluster settled, once that is
+        known (else None): our components answer ready, and nothing the fault left behind is
+        outstanding (an item first seen by SETTLED_AFTER past the later of the restore and
+        that readiness; a Pod left unbound across a fault keeps the cluster unsettled until it
+        is bound). The time is that of the first sample clear of it, not of the wait to be
+        sure that nothing more of it shows up."""
         if self.ready_at is None:
             try:
                 if not self.ready():
-                    return False
+                    return None
             except Exception:
-                return False
+                return None
             self.ready_at = now
         cutoff = max(restored, self.ready_at) + SETTLED_AFTER
-        return now > cutoff and not any(d.any_seen_by(cutoff) for d in self.durations.values())
+        if any(d.any_seen_by(cutoff) for d in self.durations.values()):
+            self.clear_at = None
+            return None
+        if self.clear_at is None:
+            self.clear_at = now
+        return self.clear_at - restored if now > cutoff else None
 
     def run(self) -> None:
         while not self.stop_flag.wait(self.interval):
@@ -249,13 +257,12 @@ class Observer(threading.Thread):
             self.check(s)
             with self.lock:
                 pending = self.pending_fault
-            if pending is None or not self.settled(pending[1], s.t_slurm):
+            if pending is None or (took := self.settled(pending[1], s.t_slurm)) is None:
                 continue
             with self.lock:
                 if self.pending_fault == pending:  # not replaced by a newer fault meanwhile
-                    name, at = pending
-                    self.convergence.append((name, s.t_slurm - at))
-                    _progress(f"settled {s.t_slurm - at:.1f}s after {name} came back")
+                    self.convergence.append((pending[0], took))
+                    _progress(f"settled {took:.1f}s after {pending[0]} came back")
                     self.pending_fault = None
 
     def stop(self) -> None:

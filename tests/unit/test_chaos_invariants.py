@@ -106,7 +106,7 @@ def test_settling_counts_from_first_sight_not_from_the_fault() -> None:
 def _observer(ready: list[bool]) -> Observer:
     obs = Observer.__new__(Observer)  # the settling logic alone: no cluster behind it
     obs.durations = {rule: Durations() for rule in LIMITS}
-    obs.ready_at = None
+    obs.ready_at = obs.clear_at = None
     obs.ready = lambda: ready[0]
     return obs
 
@@ -116,15 +116,15 @@ def test_settled_waits_for_readiness_then_for_what_the_fault_left() -> None:
     obs = _observer(ready)
     leftover = obs.durations["unbound while its job runs"]
     leftover.update({"ns/p": "."}, now=101.0, floor=100.0)  # seen just after the restore
-    assert not obs.settled(restored=100.0, now=102.0)  # the binder does not lead yet
+    assert obs.settled(restored=100.0, now=102.0) is None  # the binder does not lead yet
     ready[0] = True
-    assert not obs.settled(restored=100.0, now=110.0)  # ready at 110; the Pod still unbound
+    assert obs.settled(restored=100.0, now=110.0) is None  # ready at 110; the Pod unbound
     assert obs.ready_at == 110.0
     leftover.update({}, now=111.0, floor=100.0)
-    assert not obs.settled(restored=100.0, now=112.0)  # too soon after readiness to tell
+    assert obs.settled(restored=100.0, now=111.0) is None  # too soon after readiness to tell
     # churn's own new items, first seen well after readiness, are not the fault's
     obs.durations["leaked job"].update({"7": "."}, now=113.5, floor=100.0)
-    assert obs.settled(restored=100.0, now=114.0)
+    assert obs.settled(restored=100.0, now=114.0) == 11.0  # clear since the sample at 111
 
 
 def test_squeue_rows_with_hostlists_and_no_start() -> None:
