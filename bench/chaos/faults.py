@@ -176,4 +176,5 @@ class FaultDriver(threading.Thread):
 
     def stop(self) -> None:
         self.stop_flag.set()
-        self.join(300)
+        if self.is_alive():  # also called on a run that failed before it started
+            self.join(300)

@@ -35,6 +35,7 @@ def _drained(obs: Observer) -> bool:
 
 def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
     lc = local_mod.up(a.run_dir, nodes=a.nodes, slurm_version=version)
+    faults: FaultDriver | None = None
     try:
         b = bridge_mod.up(lc, binders=a.binders)
         Admin(lc).call("POST", "/api/v1/namespaces",
@@ -83,6 +84,8 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
             print(report.timelines(obs, a.seed), flush=True)
         return s
     finally:
+        if faults is not None:  # however the run ends, its supervisor must not start again
+            faults.stop()       # what the teardown stops (an interrupted run left a webhook)
         if not a.keep:
             bridge_mod.down(a.run_dir)
             local_mod.down(a.run_dir)
