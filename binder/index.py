@@ -16,8 +16,8 @@ from slurmgate import contract
 from slurmgate.binder.decide import Unit
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.nodesync import node_view
-from slurmgate.binder.podview import NodeRef, Pod, ann, needs_kill
-from slurmgate.slurm import JobInfo
+from slurmgate.binder.podview import NodeRef, Pod, ann
+from slurmgate.slurm import RELEASED_STATES, JobInfo
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,11 @@ class Index:
 
     def job_changed(self, claim: str) -> Request | None:
         key = self.key_by_claim.get(claim)
-        return self.request(key) if key is not None else None
+        if key is not None:
+            return self.request(key)
+        # A deleted Pod's job still on its way out: Slurm 22.05 requeues a job under the same
+        # id (COMPLETING, then PENDING again), and its unit must see it to cancel it then
+        return next((req for req, claims in self.gone_claims.items() if claim in claims), None)
 
     def node_changed(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None,
                      jobs: dict[str, JobInfo]) -> tuple[list[Request], bool] | None:
@@ -133,13 +137,14 @@ class Index:
 
     def forget_gone(self, req: Request, job_of: Callable[[str], JobInfo | None],
                     cancelled: JobInfo | None = None) -> None:
-        """Drop the deleted Pods' claims whose job needs nothing more from us."""
+        """Drop the deleted Pods' claims whose job needs nothing more from us. A COMPLETING
+        job is kept: it may come back PENDING (requeued) and then needs our cancel."""
         claims = self.gone_claims.get(req)
         if not claims:
             return
         for claim in list(claims):
             job = job_of(claim)
-            if job is None or not needs_kill(job) or (
+            if job is None or job.state in RELEASED_STATES or (
                     cancelled is not None and job.job_id == cancelled.job_id):
                 claims.discard(claim)
         if not claims:
