@@ -69,12 +69,8 @@ class Index:
             else:
                 members.add(key)
         if new is None:
-            if claim and self.key_by_claim.get(claim) == key:
-                del self.key_by_claim[claim]
-                # another member of the gang may hold the same claim
-                for other in self.group_keys.get(req.key, ()) if req.gang else ():
-                    self.key_by_claim[claim] = other
-                    break
+            if claim:
+                self._unlink(claim, key, req)
             self.claim_by_key.pop(key, None)
             if claim:
                 self.gone_claims.setdefault(req, set()).add(claim)
@@ -87,6 +83,14 @@ class Index:
             # the Pod moved to a new job (resubmitted): its old id is no longer ours, and a
             # controller that lost its state hands that id to someone else's job
             self.comment_by_job.pop(int(before), None)
+        had = ann(old).get(contract.A_CLAIM) if old is not None else None
+        if had and had != claim:
+            # the claim was taken off (a released gang's gated member, back to GroupPending) or
+            # replaced: its job is no longer this Pod's, and if no other Pod holds the claim,
+            # the orphan sweep must see it (a cancel slurmctld lost in a crash is redone)
+            self._unlink(had, key, req)
+            if not claim:
+                self.claim_by_key.pop(key, None)
         if claim:
             self.key_by_claim[claim] = key
             self.claim_by_key[key] = claim
@@ -96,6 +100,17 @@ class Index:
                     contract.group_comment(claim, req.namespace, req.name) if req.gang
                     else contract.job_comment(claim, req.namespace, req.name))
         return req
+
+    def _unlink(self, claim: str, key: str, req: Request) -> None:
+        """`key` no longer holds `claim`: point it at another gang member that does, if any."""
+        if self.key_by_claim.get(claim) != key:
+            return
+        del self.key_by_claim[claim]
+        for other in self.group_keys.get(req.key, ()) if req.gang else ():
+            if other != key and ann(self.informer.store.get(other) or {}).get(
+                    contract.A_CLAIM) == claim:
+                self.key_by_claim[claim] = other
+                break
 
     def job_changed(self, claim: str) -> Request | None:
         key = self.key_by_claim.get(claim)

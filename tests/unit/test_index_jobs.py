@@ -50,3 +50,37 @@ def test_a_deleted_pods_requeued_job_reaches_its_unit_and_is_cancelled() -> None
     # once the job has really ended, the claim is forgotten
     idx.forget_gone(req, lambda _: dataclasses.replace(completing, state="CANCELLED"))
     assert idx.job_changed(claim) is None and req not in idx.gone_claims
+
+
+def member(i: int, claim: str | None) -> dict[str, Any]:
+    ann = {contract.A_GROUP: "g", contract.A_GROUP_SIZE: "2", contract.A_GROUP_INDEX: str(i)}
+    if claim:
+        ann |= {contract.A_CLAIM: claim, contract.A_JOB_ID: "122"}
+    return {"metadata": {"name": f"g-{i}", "namespace": "ns", "uid": f"u{i}",
+                         "annotations": ann}, "spec": {}}
+
+
+def test_a_claim_taken_off_a_pod_is_no_longer_held_by_it() -> None:
+    """A gang released while slurmctld crashed: the cancel of its job was lost, the job came
+    back and ran. The gated member had gone back to GroupPending (claim taken off), yet the
+    index still named it the claim's holder, so the orphan sweep never cancelled the job."""
+    claim = "d" * 32
+    store = Store()
+    store.store = {"ns/g-0": member(0, claim), "ns/g-1": member(1, claim)}
+    idx = Index(store)  # type: ignore[arg-type]
+    idx.pod_changed("ns/g-0", None, member(0, claim))
+    idx.pod_changed("ns/g-1", None, member(1, claim))
+    job = JobInfo(job_id=122, name="k8s:ns/group:g", state="RUNNING", reason="None",
+                  nodes=("n1", "n2"), comment=contract.group_comment(claim, "ns", "g"),
+                  partition="k8s", submit_time=1, start_time=1, end_time=0)
+    # the holder loses the claim: the other member, which still has it, holds it now
+    holder = idx.key_by_claim[claim]
+    other = "ns/g-1" if holder == "ns/g-0" else "ns/g-0"
+    i = int(holder[-1])
+    store.store[holder] = member(i, None)
+    idx.pod_changed(holder, member(i, claim), member(i, None))
+    assert idx.key_by_claim[claim] == other and holder not in idx.claim_by_key
+    # the other one is deleted: nobody holds the claim, and its job is the sweep's
+    del store.store[other]
+    idx.pod_changed(other, member(1 - i, claim), None)
+    assert list(idx.unclaimed({claim: job})) == [job]
