@@ -37,6 +37,7 @@ log = logging.getLogger("slurmgate.actions")
 BACKGROUND_PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish
 # A Pod the tenancy policy refuses now is looked at again after this (the policy may change)
 TENANCY_RETRY = 30.0
+CANCELLED_KEEP = 3600.0  # seconds a job we cancelled stays known as such
 
 
 def _now() -> str:
@@ -61,6 +62,9 @@ class Actions:
         self.pods = pods  # a bind is assumed in its store at once
         self.settings = settings
         self._evict_refused_since: dict[str, float] = {}
+        # job id -> when we cancelled it: a group never adopts such a job, though it may still
+        # look alive (until the next poll, or for good if slurmctld lost the cancel in a crash)
+        self.cancelled: dict[int, float] = {}
         # uid -> (status, reason, write): a condition written after a bind, in the background
         self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
         self._background_slots = asyncio.Semaphore(4)
@@ -134,6 +138,11 @@ class Actions:
                 raise
 
     async def cancel(self, job: JobInfo, why: str) -> None:
+        now = time.monotonic()
+        # noted before the call: a cancel that fails may still have reached slurmctld; ids
+        # come back only from a controller that lost its state, so an hour bounds the map
+        self.cancelled = {j: t for j, t in self.cancelled.items() if now - t < CANCELLED_KEEP}
+        self.cancelled[job.job_id] = now
         await self.slurm.cancel(job.job_id, "KILL")
         metrics.CANCELS.labels(why).inc()
 
@@ -216,7 +225,8 @@ class Actions:
         # A job submitted for this group whose claim no member carries (we crashed between
         # submitting and annotating): take it over rather than submit a second one.
         adopted = next((j for j in unclaimed() if contract.group_from_comment(j.comment) == gkey
-                        and j.state not in ENDING_STATES), None)
+                        and j.state not in ENDING_STATES and j.job_id not in self.cancelled),
+                       None)
         if adopted is not None:
             claim = contract.claim_from_comment(adopted.comment) or ""
             job_id = adopted.job_id

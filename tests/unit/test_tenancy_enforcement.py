@@ -267,3 +267,28 @@ async def test_binder_looks_again_at_once_when_the_policy_changes() -> None:
     assert len(c.queue) == 1 and await c.queue.get() == refused
     c.policy_changed(tenancy.STATE_DISABLED)  # told once: what was refused is not kept
     assert len(c.queue) == 0
+
+
+class CancellingSlurm(FakeSlurm):
+    async def cancel(self, job_id: int, signal: str) -> None:
+        pass
+
+
+async def test_a_gang_never_adopts_a_job_the_binder_cancelled() -> None:
+    """A released group's job, cancelled, still looks alive until the next poll (or for good,
+    when slurmctld lost the cancel in a crash): members that complete the group again get a
+    new job, never that one. A job nobody cancelled (a crash between submit and annotate) is
+    still adopted."""
+    act = actions(READY)[0]
+    act.slurm = CancellingSlurm()
+    old = JobInfo(job_id=122, name="k8s:team-a/group:g", state="RUNNING", reason="None",
+                  nodes=("n1", "n2"), comment=contract.group_comment("c9", "team-a", "g"),
+                  partition="k8s", submit_time=1, start_time=1, end_time=0)
+    await act.cancel(old, "release")
+    assert await act.submit_group("team-a/g", gang("team-a"), lambda: [old]) is None
+    (spec,) = act.slurm.specs
+    assert spec.comment != old.comment  # a new job, with a claim of its own
+    fresh, _, _, kube = actions(READY)
+    assert await fresh.submit_group("team-a/g", gang("team-a"), lambda: [old]) is None
+    assert fresh.slurm.specs == [] and all(  # type: ignore[attr-defined]
+        patch["metadata"]["annotations"][contract.A_JOB_ID] == "122" for _, patch in kube.patches)
