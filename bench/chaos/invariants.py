@@ -12,6 +12,8 @@ from slurmgate import contract
 # How precisely squeue states a start time (whole seconds), so a job counts as having run at the
 # moment the Pods were read only if it started at least this long before.
 START_PRECISION = 1.0
+# A process's start time is in clock ticks (1/100 s): a margin of two
+PROC_START_PRECISION = 0.02
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 ON_NODE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "SIGNALING"})
 QUEUED_OR_RUNNING = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "SUSPENDED"})
@@ -33,6 +35,15 @@ class Job:
 
 
 @dataclass(frozen=True)
+class JobProc:
+    """A process of a Slurm job, as the node really runs it (under a slurmstepd)."""
+    pid: int
+    job_id: int
+    node: str  # SLURMD_NODENAME
+    start: float  # epoch seconds
+
+
+@dataclass(frozen=True)
 class PodView:
     key: str  # namespace/name
     uid: str
@@ -41,6 +52,7 @@ class PodView:
     terminating: bool
     claim: str | None
     gated: bool
+    job_id: int | None = None  # the slurmgate.io/job-id annotation
 
     @property
     def occupies(self) -> bool:
@@ -58,6 +70,7 @@ class Snapshot:
     t_slurm: float
     pods: tuple[PodView, ...]
     jobs: tuple[Job, ...]
+    procs: tuple[JobProc, ...] = ()  # read after squeue
 
 
 def pod_view(p: dict[str, Any]) -> PodView:
@@ -65,30 +78,63 @@ def pod_view(p: dict[str, Any]) -> PodView:
     spec = p.get("spec") or {}
     ann = meta.get("annotations") or {}
     gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+    job = ann.get(contract.A_JOB_ID, "")
     return PodView(f"{meta.get('namespace')}/{meta.get('name')}", meta.get("uid", ""),
                    spec.get("nodeName") or None, (p.get("status") or {}).get("phase", ""),
                    bool(meta.get("deletionTimestamp")), ann.get(contract.A_CLAIM) or None,
-                   contract.GATE in gates)
+                   contract.GATE in gates, int(job) if job.isdigit() else None)
 
 
-def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
-    """A Node holds a Pod while a job that is not the Pod's own runs on its Slurm node.
-
-    Sound despite the two reads: the job counts only if it started before the Pods were read
-    and was still on the node when Slurm was read after them, so both were there at once."""
+def _occupants(s: Snapshot) -> dict[str, list[PodView]]:
     by_node: dict[str, list[PodView]] = {}
     for p in s.pods:
         if p.occupies and p.node:
             by_node.setdefault(p.node, []).append(p)
+    return by_node
+
+
+def _own(p: PodView, job_id: int, claim: str | None) -> bool:
+    return job_id == p.job_id or (p.claim is not None and p.claim == claim)
+
+
+def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
+    """A Node holds a Pod while a process of a job that is not the Pod's own runs on its Slurm
+    node: what the node really runs, not what slurmctld believes (restarted from its saved
+    state, it shows a job that ended just before the crash as running for minutes).
+
+    Sound despite the two reads: the process counts only if it started before the Pods were
+    read and was still there when the processes were read after them, so both were there at
+    once."""
+    by_node = _occupants(s)
+    claims = {j.job_id: j.claim for j in s.jobs}
+    names = {j.job_id: f"{j.partition} {j.name}" for j in s.jobs}
+    out, seen = [], set()
+    for pr in s.procs:
+        if pr.start > s.t_pods - PROC_START_PRECISION or (pr.job_id, pr.node) in seen:
+            continue
+        for p in by_node.get(k8s_node.get(pr.node, ""), ()):
+            if not _own(p, pr.job_id, claims.get(pr.job_id)):
+                seen.add((pr.job_id, pr.node))
+                out.append(f"Node {p.node} holds Pod {p.key} while job {pr.job_id} "
+                           f"({names.get(pr.job_id, 'not in squeue')}) runs on {pr.node} "
+                           f"(pid {pr.pid})")
+    return out
+
+
+def slurm_view_sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
+    """A job squeue shows on the Pod's node that runs no process there. Only reported: after a
+    slurmctld restart its view can hold a job that ended before the crash."""
+    by_node = _occupants(s)
+    running = {(pr.job_id, pr.node) for pr in s.procs}
     out = []
     for j in s.jobs:
         if j.state not in ON_NODE_STATES or not j.start or j.start > s.t_pods - START_PRECISION:
             continue
-        for slurm_node in j.nodes:
+        for slurm_node in (n for n in j.nodes if (j.job_id, n) not in running):
             for p in by_node.get(k8s_node.get(slurm_node, ""), ()):
-                if p.claim is None or p.claim != j.claim:
-                    out.append(f"Node {p.node} holds Pod {p.key} while job {j.job_id} "
-                               f"({j.partition} {j.name}, {j.state}) runs on {slurm_node}")
+                if not _own(p, j.job_id, j.claim):
+                    out.append(f"Node {p.node} holds Pod {p.key} while squeue shows job "
+                               f"{j.job_id} ({j.partition} {j.name}, {j.state}) on {slurm_node}")
     return out
 
 

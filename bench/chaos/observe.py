@@ -5,6 +5,7 @@ fault driver."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -30,7 +31,7 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-LOUD = ("FAULT", "SUPERVISOR")
+LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
 # answered ready again, if later) are the fault's to clear; later ones are the churn's own.
 SETTLED_AFTER = 3.0
@@ -94,6 +95,50 @@ def parse_squeue(out: str) -> list[inv.Job]:
     return jobs
 
 
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+BOOT = _boot_time()
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def job_processes(conf: str) -> list[inv.JobProc]:
+    """The processes the cluster's jobs really run: children of a slurmstepd whose environment
+    names this cluster's slurm.conf (another cluster may run on the host), with the job id and
+    node Slurm gave them."""
+    stat: dict[int, tuple[int, float]] = {}  # pid -> (ppid, start)
+    stepds = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            text = (p / "stat").read_text()
+            if text[text.index("(") + 1:].startswith("slurmstepd"):
+                stepds.add(int(p.name))
+        except (OSError, ValueError):
+            continue
+        f = text[text.rindex(")") + 2:].split()
+        stat[int(p.name)] = (int(f[1]), BOOT + int(f[19]) / TICK)
+    want = f"SLURM_CONF={conf}"
+    out = []
+    for pid, (ppid, start) in stat.items():
+        if ppid not in stepds:
+            continue
+        try:
+            env = dict(e.split("=", 1) for e in (Path(f"/proc/{pid}/environ").read_bytes()
+                       .decode(errors="replace").split("\0")) if "=" in e)
+        except OSError:
+            continue  # ended meanwhile
+        job, node = env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", "")
+        if f"SLURM_CONF={env.get('SLURM_CONF')}" == want and job.isdigit() and node:
+            out.append(inv.JobProc(pid, int(job), node, start))
+    return out
+
+
 def processes() -> list[inv.Proc]:
     out = []
     for p in Path("/proc").iterdir():
@@ -143,6 +188,8 @@ class Observer(threading.Thread):
         self.k8s_node = {n: k8s_node_name(n) for n in local.slurm.nodes}
         self.stop_flag = threading.Event()
         self.violations: list[Violation] = []
+        # overlaps squeue showed with no process of that job on the node (not violations)
+        self.slurm_view_only: list[str] = []
         self._reported: set[tuple[str, str]] = set()
         self.durations = {rule: Durations() for rule in LIMITS}
         self.samples = self.unobservable = 0
@@ -186,8 +233,10 @@ class Observer(threading.Thread):
         argv, env = self.local.slurm.command("squeue", "-h", "-a", "-o", SQUEUE_FORMAT)
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20,
                              check=True).stdout
-        return inv.Snapshot(t_pods, time.time(), tuple(inv.pod_view(p) for p in items),
-                            tuple(parse_squeue(out)))
+        t_slurm = time.time()
+        return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items),
+                            tuple(parse_squeue(out)),
+                            tuple(job_processes(str(self.local.slurm.conf))))
 
     def _violate(self, rule: str, detail: str, key: str) -> None:
         if (rule, key) in self._reported:
@@ -206,6 +255,10 @@ class Observer(threading.Thread):
             deleted = set(self.deleted)
         for d in inv.sharing(s, self.k8s_node):
             self._violate("node shared", d, d)
+        for d in inv.slurm_view_sharing(s, self.k8s_node):
+            if d not in self.slurm_view_only:
+                self.slurm_view_only.append(d)
+                self.note(f"SLURM VIEW ONLY {d}")
         listed = {p.key: p.uid for p in s.pods}
         for key, uid in self.seen.items():
             if key not in listed and key not in deleted:
