@@ -41,6 +41,11 @@ class JobProc:
     job_id: int
     node: str  # SLURMD_NODENAME
     start: float  # epoch seconds
+    name: str = ""  # SLURM_JOB_NAME
+
+    @property
+    def placeholder(self) -> bool:
+        return self.name.startswith(contract.JOB_NAME_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -97,28 +102,47 @@ def _own(p: PodView, job_id: int, claim: str | None) -> bool:
     return job_id == p.job_id or (p.claim is not None and p.claim == claim)
 
 
-def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
-    """A Node holds a Pod while a process of a job that is not the Pod's own runs on its Slurm
-    node: what the node really runs, not what slurmctld believes (restarted from its saved
-    state, it shows a job that ended just before the crash as running for minutes).
+def _beside_pods(s: Snapshot, k8s_node: dict[str, str]) -> list[tuple[JobProc, PodView]]:
+    """(process, Pod) pairs: a job's process beside a bound Pod it does not belong to.
 
     Sound despite the two reads: the process counts only if it started before the Pods were
     read and was still there when the processes were read after them, so both were there at
     once."""
     by_node = _occupants(s)
     claims = {j.job_id: j.claim for j in s.jobs}
+    return [(pr, p) for pr in s.procs if pr.start <= s.t_pods - PROC_START_PRECISION
+            for p in by_node.get(k8s_node.get(pr.node, ""), ())
+            if not _own(p, pr.job_id, claims.get(pr.job_id))]
+
+
+def _stray(pr: JobProc, s: Snapshot) -> bool:
+    """A placeholder's process on a node where Slurm no longer has its job (the job ended on a
+    node whose slurmd was down, or slurmctld lost its start in a crash): it only sleeps, and
+    Slurm kills it when the node registers its jobs again."""
+    on_node = {(j.job_id, n) for j in s.jobs if j.state in ON_NODE_STATES for n in j.nodes}
+    return pr.placeholder and (pr.job_id, pr.node) not in on_node
+
+
+def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
+    """A Node holds a Pod while a process of another job really runs on its Slurm node: what
+    the node runs, not what slurmctld believes (restarted from its saved state, it shows a job
+    that ended just before the crash as running for minutes). A stray placeholder (see
+    _stray) is reported apart: there is no workload beside the Pod, only a sleep."""
     names = {j.job_id: f"{j.partition} {j.name}" for j in s.jobs}
-    out, seen = [], set()
-    for pr in s.procs:
-        if pr.start > s.t_pods - PROC_START_PRECISION or (pr.job_id, pr.node) in seen:
-            continue
-        for p in by_node.get(k8s_node.get(pr.node, ""), ()):
-            if not _own(p, pr.job_id, claims.get(pr.job_id)):
-                seen.add((pr.job_id, pr.node))
-                out.append(f"Node {p.node} holds Pod {p.key} while job {pr.job_id} "
-                           f"({names.get(pr.job_id, 'not in squeue')}) runs on {pr.node} "
-                           f"(pid {pr.pid})")
-    return out
+    out: dict[tuple[int, str], str] = {}
+    for pr, p in _beside_pods(s, k8s_node):
+        if not _stray(pr, s):
+            out.setdefault((pr.job_id, pr.node), (
+                f"Node {p.node} holds Pod {p.key} while job {pr.job_id} "
+                f"({names.get(pr.job_id, 'not in squeue')}) runs on {pr.node} (pid {pr.pid})"))
+    return list(out.values())
+
+
+def stray_placeholders(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:
+    """Stray placeholder processes beside a bound Pod: "job@node" -> description."""
+    return {f"{pr.job_id}@{pr.node}": f"placeholder {pr.job_id} ({pr.name}) still sleeps on "
+            f"{pr.node} (pid {pr.pid}) beside Pod {p.key}; Slurm has no such job there"
+            for pr, p in _beside_pods(s, k8s_node) if _stray(pr, s)}
 
 
 def slurm_view_sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:

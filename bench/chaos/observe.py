@@ -31,7 +31,7 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY")
+LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", "STRAY")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
 # answered ready again, if later) are the fault's to clear; later ones are the churn's own.
 SETTLED_AFTER = 3.0
@@ -135,7 +135,7 @@ def job_processes(conf: str) -> list[inv.JobProc]:
             continue  # ended meanwhile
         job, node = env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", "")
         if f"SLURM_CONF={env.get('SLURM_CONF')}" == want and job.isdigit() and node:
-            out.append(inv.JobProc(pid, int(job), node, start))
+            out.append(inv.JobProc(pid, int(job), node, start, env.get("SLURM_JOB_NAME", "")))
     return out
 
 
@@ -190,6 +190,9 @@ class Observer(threading.Thread):
         self.violations: list[Violation] = []
         # overlaps squeue showed with no process of that job on the node (not violations)
         self.slurm_view_only: list[str] = []
+        # stray placeholder processes beside a Pod (not violations): key -> seconds seen
+        self.strays: dict[str, float] = {}
+        self._stray_since: dict[str, float] = {}
         self._reported: set[tuple[str, str]] = set()
         self.durations = {rule: Durations() for rule in LIMITS}
         self.samples = self.unobservable = 0
@@ -259,6 +262,13 @@ class Observer(threading.Thread):
             if d not in self.slurm_view_only:
                 self.slurm_view_only.append(d)
                 self.note(f"SLURM VIEW ONLY {d}")
+        strays = inv.stray_placeholders(s, self.k8s_node)
+        for key, d in strays.items():
+            if key not in self.strays:
+                self.note(f"STRAY {d}")
+            self.strays[key] = max(self.strays.get(key, 0.0), now - self._stray_since.get(
+                key, now))
+            self._stray_since.setdefault(key, now)
         listed = {p.key: p.uid for p in s.pods}
         for key, uid in self.seen.items():
             if key not in listed and key not in deleted:

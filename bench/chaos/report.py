@@ -33,6 +33,7 @@ def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
         "faults_not_restored": [f"{i.name}: {i.error}" for i in injected if i.error],
         "violations": [vars(v) for v in obs.violations],
         "slurm_view_only": obs.slurm_view_only,
+        "stray_placeholders": obs.strays,
         "settle_p50_s": percentile(conv, 0.5), "settle_p99_s": percentile(conv, 0.99),
         "settle_per_fault": {k: {"n": len(v), "p50": percentile(v, 0.5),
                                  "max": max(v)} for k, v in sorted(per_fault.items())},
@@ -56,6 +57,10 @@ def table(s: dict[str, Any]) -> str:
         f"violations: {len(s['violations'])}",
         f"overlaps only in slurmctld's view (no process of the job on the node; not violations):"
         f" {len(s['slurm_view_only'])}",
+        f"stray placeholder processes beside a Pod (Slurm had ended or lost the job; not "
+        f"violations): {len(s['stray_placeholders'])}"
+        + (f", seen for up to {max(s['stray_placeholders'].values()):.0f} s"
+           if s["stray_placeholders"] else ""),
         f"settle after a fault: p50 {_fmt(s['settle_p50_s'])} s, p99 {_fmt(s['settle_p99_s'])} s",
     ]
     for k, v in s["settle_per_fault"].items():

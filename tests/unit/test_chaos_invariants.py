@@ -75,6 +75,21 @@ def test_what_the_node_runs_decides_not_what_slurmctld_believes() -> None:
     assert not inv.sharing(snap([own], [], procs=lost), K8S)
 
 
+def test_a_placeholder_slurm_no_longer_has_there_is_a_stray_not_a_sharing() -> None:
+    # slurmd was down when Slurm ended job 9 (or slurmctld lost its start in a crash): its
+    # placeholder still sleeps on n1 until Slurm kills it, and the node already runs a Pod
+    stray = [inv.JobProc(900, 9, "n1", T - 3, "k8s:ns/old")]
+    s = snap([pod()], [job(1)], procs=running([job(1)]) + stray)
+    assert not inv.sharing(s, K8S)
+    assert list(inv.stray_placeholders(s, K8S)) == ["9@n1"]
+    # the same process while Slurm still has job 9 on n1 is a double allocation
+    assert inv.sharing(snap([pod()], [job(1), job(9, claim="c9")], procs=stray), K8S)
+    # and a batch job's leftover is a workload beside the Pod, whatever Slurm says
+    batch = [inv.JobProc(901, 10, "n1", T - 3, "chaos-scavenger")]
+    assert inv.sharing(snap([pod()], [job(1)], procs=batch), K8S)
+    assert not inv.stray_placeholders(snap([pod()], [job(1)], procs=batch), K8S)
+
+
 def test_leaked_and_duplicate_jobs() -> None:
     assert inv.leaked_jobs(snap([], [job(1)])) == {"1": "job 1 (j1, RUNNING) has no Pod"}
     assert not inv.leaked_jobs(snap([pod()], [job(1)]))
