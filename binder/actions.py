@@ -65,6 +65,8 @@ class Actions:
         # job id -> when we cancelled it: a group never adopts such a job, though it may still
         # look alive (until the next poll, or for good if slurmctld lost the cancel in a crash)
         self.cancelled: dict[int, float] = {}
+        # claim -> (job id, wall time) of a single Pod's latest submit, for decide.World
+        self.submitted: dict[str, tuple[int, float]] = {}
         # uid -> (status, reason, write): a condition written after a bind, in the background
         self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
         self._background_slots = asyncio.Semaphore(4)
@@ -196,6 +198,9 @@ class Actions:
         except SlurmError as e:
             await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
             raise
+        now = time.time()  # kept a minute: by then the watch has the annotation below
+        self.submitted = {c: v for c, v in self.submitted.items() if now - v[1] < 60.0}
+        self.submitted[claim] = (job_id, now)
         await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
                                     contract.A_JOB_STATE: PENDING,
                                     contract.A_JOB_REASON: "",

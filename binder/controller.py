@@ -112,7 +112,8 @@ class Controller:
         d = decide.decide(unit, self.jobs.get, World(
             slurm_synced=self.jobs.synced.is_set(), now=time.time(),
             node_for=self.index.node_for, failed_nodes=failed,
-            group_timeout=self.settings.group_timeout, gpu_grace=self.settings.gpu_grace))
+            group_timeout=self.settings.group_timeout, gpu_grace=self.settings.gpu_grace,
+            submitted=self.actions.submitted))
         metrics.RECONCILES.labels(f"group{d.action}" if unit.gang else d.action).inc()
         if not unit.gang and unit.members and d.action != decide.SUBMIT:
             await self._announce(unit.members[0])

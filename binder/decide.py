@@ -81,6 +81,9 @@ class World:
     # the job is given back to Slurm (a device plugin re-registering after a kubelet restart
     # briefly reports none)
     gpu_grace: float = 60.0
+    # claim -> (job id, wall time) of the jobs this binder submitted lately: the Pod's
+    # annotation naming the new job may reach the watch after the old job's end reaches a poll
+    submitted: Mapping[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def needs_node_states(u: Unit, job_of: JobOf) -> bool:
@@ -163,7 +166,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     job = job_of(claim)
     if job is None:
         return _without_job(u, claim, holders, w)
-    if _newer_job_submitted(holders, job, w):
+    if _newer_job_submitted(claim, holders, job, w):
         return Decision(WAIT, requeue_after=0.5)
     if job.state in LAUNCH_FAILED_STATES and not job.preempted and not any(
             bound(p) for p in holders):
@@ -193,13 +196,19 @@ def _claim(p: Pod) -> str | None:
     return ann(p).get(contract.A_CLAIM) or None
 
 
-def _newer_job_submitted(holders: tuple[Pod, ...], job: JobInfo, w: World) -> bool:
+def _newer_job_submitted(claim: str, holders: tuple[Pod, ...], job: JobInfo,
+                         w: World) -> bool:
     """A Pod names a newer job of its claim than Slurm's list shows (we resubmitted a moment
-    ago and the next poll has not seen it yet): deciding on the old one would resubmit twice.
-    Only for a fresh submit: after a controller lost its state, job ids may start lower."""
+    ago and the next poll has not seen it yet): deciding on the old one would resubmit twice,
+    or evict the Pod for the old job's end. The binder's own record of the submit counts too,
+    until the watch brings the Pod's new annotation. Only for a fresh submit: after a
+    controller lost its state, job ids may start lower."""
     ids = [int(i) for p in holders if (i := ann(p).get(contract.A_JOB_ID, "")).isdigit()]
-    return bool(ids) and max(ids) > job.job_id and (
-        w.now - submitted_at(list(holders)) < w.vanish_grace)
+    if ids and max(ids) > job.job_id and (
+            w.now - submitted_at(list(holders)) < w.vanish_grace):
+        return True
+    ours = w.submitted.get(claim)
+    return ours is not None and ours[0] > job.job_id and w.now - ours[1] < w.vanish_grace
 
 
 def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:

@@ -235,3 +235,19 @@ def test_a_bound_pod_whose_job_runs_elsewhere_is_evicted() -> None:
     # a Pod bound before the Slurm node was recorded is left alone (nothing to compare)
     assert decide(pod(False, "kwok-n1", "Running"), job("RUNNING", ("n2",)), W).action \
         != state.EVICT
+
+
+def test_the_binders_own_submit_stands_until_the_pods_annotation_arrives() -> None:
+    # Given back (GPU grace): job 7 cancelled and job 8 submitted under the same claim. The
+    # end of 7 reached a poll before the watch brought the Pod naming 8: deciding on 7 would
+    # evict a Pod that is only waiting for its new job (CI's test_gpus failure).
+    lagging = pod(True)  # still names job 7
+    ended = job("CANCELLED")
+    w = dataclasses.replace(W, submitted={"c1": (8, NOW - 1)})
+    assert state.decide(state.Unit.single(lagging), lambda _: ended, w).action == state.WAIT
+    assert state.decide(state.Unit.single(lagging), lambda _: ended, W).action == state.EVICT
+    # a record older than the vanish grace, or of an older job, does not hold it back
+    stale = dataclasses.replace(W, submitted={"c1": (8, NOW - 120)})
+    assert state.decide(state.Unit.single(lagging), lambda _: ended, stale).action == state.EVICT
+    older = dataclasses.replace(W, submitted={"c1": (6, NOW - 1)})
+    assert state.decide(state.Unit.single(lagging), lambda _: ended, older).action == state.EVICT
