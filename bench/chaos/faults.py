@@ -46,6 +46,7 @@ class FaultDriver(threading.Thread):
         self.rounds_done = 0
         self.injected: list[Injected] = []
         self.restarts: dict[str, int] = {}  # exits of our own the supervisor restarted
+        self.resumed: list[str] = []  # nodes Slurm kept out after a fault, resumed as an admin
         self.stop_flag = threading.Event()
         self.admin = Admin(self.local)
         self.slurm_dir = Path(self.local.slurm.run_dir)
@@ -63,12 +64,27 @@ class FaultDriver(threading.Thread):
         (ReturnToService=2 returns it once its slurmd registers)."""
         node = self.rng.choice(self.local.slurm.nodes)
         slurm_faults.kill_daemon(self.slurm_dir, f"slurmd-{node}")
-        argv, env = self.local.slurm.command("scontrol", "update", f"nodename={node}",
-                                             "state=down", "reason=chaos")
-        subprocess.run(argv, env=env, capture_output=True, timeout=20, check=False)
+        self._slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=chaos")
         time.sleep(down)
-        slurm_faults.start_daemon(self.slurm_dir, f"slurmd-{node}", timeout=90)
+        try:
+            slurm_faults.start_daemon(self.slurm_dir, f"slurmd-{node}", timeout=45)
+        except proc.NotReady:
+            # slurmd runs and registered, yet Slurm keeps the node out: it drained the node
+            # itself (a controller restarted on an old state reused a job id the node still
+            # ran: "Duplicate jobid"). A site's admin resumes it; the report says so.
+            state = self._slurm("sinfo", "-h", "-n", node, "-o", "%T %E").strip()
+            self.obs.note(f"RESUMED {node}, which Slurm had left as: {state}")
+            self.resumed.append(f"{node}: {state}")
+            self._slurm("scontrol", "update", f"nodename={node}", "state=resume")
+            proc.wait_until(f"{node} resumed", lambda: self._slurm(
+                "sinfo", "-h", "-n", node, "-o", "%t").strip().rstrip("*") in (
+                "idle", "alloc", "mix"), 45)
         return f"slurmd-{node}"
+
+    def _slurm(self, *args: str) -> str:
+        argv, env = self.local.slurm.command(*args)
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20,
+                              check=False).stdout
 
     def _control_plane(self, name: str, down: float) -> str:
         kube.kill_daemon(self.kube_dir, name)

@@ -31,7 +31,7 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", "STRAY")
+LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", "STRAY", "RESUMED")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
 # answered ready again, if later) are the fault's to clear; later ones are the churn's own.
 SETTLED_AFTER = 3.0

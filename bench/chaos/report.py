@@ -69,6 +69,9 @@ def table(s: dict[str, Any]) -> str:
     if s.get("supervisor_restarts"):
         lines.append("exited on their own, restarted as a Deployment would: " + ", ".join(
             f"{k} {v}" for k, v in sorted(s["supervisor_restarts"].items())))
+    if s.get("nodes_resumed"):
+        lines.append("nodes Slurm kept out after a fault, resumed as an admin would: "
+                     + "; ".join(s["nodes_resumed"]))
     if s["faults_not_restored"]:
         lines.append("not restored: " + "; ".join(s["faults_not_restored"]))
     return "\n".join(lines)

@@ -79,6 +79,7 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
         s = report.summary(version, a.seed, a.minutes, churn.stats, faults.injected, obs)
         s["faults_detail"] = [vars(i) for i in faults.injected]
         s["supervisor_restarts"] = faults.restarts
+        s["nodes_resumed"] = faults.resumed
         print(report.table(s), flush=True)
         if obs.violations:
             print(report.timelines(obs, a.seed), flush=True)
