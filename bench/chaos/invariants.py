@@ -76,6 +76,7 @@ class Snapshot:
     pods: tuple[PodView, ...]
     jobs: tuple[Job, ...]
     procs: tuple[JobProc, ...] = ()  # read after squeue
+    ctld_since: float = 0.0  # when the running slurmctld started (0: the cluster's first)
 
 
 def pod_view(p: dict[str, Any]) -> PodView:
@@ -115,12 +116,25 @@ def _beside_pods(s: Snapshot, k8s_node: dict[str, str]) -> list[tuple[JobProc, P
             if not _own(p, pr.job_id, claims.get(pr.job_id))]
 
 
+def _unknown_to_slurm(pr: JobProc, s: Snapshot) -> bool:
+    """Slurm does not have this process's job on its node (the id may even be another job's
+    now: a controller restarted on an old state hands ids out again)."""
+    return not any(j.job_id == pr.job_id and pr.node in j.nodes and j.name == pr.name
+                   and j.state in ON_NODE_STATES for j in s.jobs)
+
+
 def _stray(pr: JobProc, s: Snapshot) -> bool:
     """A placeholder's process on a node where Slurm no longer has its job (the job ended on a
     node whose slurmd was down, or slurmctld lost its start in a crash): it only sleeps, and
     Slurm kills it when the node registers its jobs again."""
-    on_node = {(j.job_id, n) for j in s.jobs if j.state in ON_NODE_STATES for n in j.nodes}
-    return pr.placeholder and (pr.job_id, pr.node) not in on_node
+    return pr.placeholder and _unknown_to_slurm(pr, s)
+
+
+def lost_in_crash(pr: JobProc, s: Snapshot) -> bool:
+    """A job started by the controller before the running one, which does not know it: the
+    SIGKILLed slurmctld had not saved its start, so Slurm itself gives the node out again
+    (to a Pod's job or to any batch job) until the node's slurmd registers it."""
+    return pr.start < s.ctld_since and _unknown_to_slurm(pr, s)
 
 
 def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
@@ -131,11 +145,20 @@ def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
     names = {j.job_id: f"{j.partition} {j.name}" for j in s.jobs}
     out: dict[tuple[int, str], str] = {}
     for pr, p in _beside_pods(s, k8s_node):
-        if not _stray(pr, s):
+        if not _stray(pr, s) and not lost_in_crash(pr, s):
             out.setdefault((pr.job_id, pr.node), (
                 f"Node {p.node} holds Pod {p.key} while job {pr.job_id} "
                 f"({names.get(pr.job_id, 'not in squeue')}) runs on {pr.node} (pid {pr.pid})"))
     return list(out.values())
+
+
+def slurm_double_booked(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:
+    """A batch job's process beside a Pod on a node Slurm gave out again after losing that job
+    in a controller crash: "job@node" -> description."""
+    return {f"{pr.job_id}@{pr.node}": f"job {pr.job_id} ({pr.name}) still runs on {pr.node} "
+            f"(pid {pr.pid}) beside Pod {p.key}; slurmctld lost it in the crash"
+            for pr, p in _beside_pods(s, k8s_node)
+            if lost_in_crash(pr, s) and not _stray(pr, s)}
 
 
 def stray_placeholders(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:

@@ -31,7 +31,8 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", "STRAY", "RESUMED")
+STRAY, DOUBLE_BOOKED = "STRAY", "SLURM DOUBLE-BOOKED"
+LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", STRAY, DOUBLE_BOOKED, "RESUMED")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
 # answered ready again, if later) are the fault's to clear; later ones are the churn's own.
 SETTLED_AFTER = 3.0
@@ -190,9 +191,10 @@ class Observer(threading.Thread):
         self.violations: list[Violation] = []
         # overlaps squeue showed with no process of that job on the node (not violations)
         self.slurm_view_only: list[str] = []
-        # stray placeholder processes beside a Pod (not violations): key -> seconds seen
-        self.strays: dict[str, float] = {}
-        self._stray_since: dict[str, float] = {}
+        # overlaps Slurm made, not slurmgate (not violations): kind -> key -> seconds seen
+        self.slurm_made: dict[str, dict[str, float]] = {STRAY: {}, DOUBLE_BOOKED: {}}
+        self._first_seen: dict[str, float] = {}
+        self.ctld_since = 0.0  # when the running slurmctld was started again
         self._reported: set[tuple[str, str]] = set()
         self.durations = {rule: Durations() for rule in LIMITS}
         self.samples = self.unobservable = 0
@@ -222,6 +224,8 @@ class Observer(threading.Thread):
         with self.lock:
             self.last_fault_end = now
             self.pending_fault = (name, now)
+            if name == "slurmctld":
+                self.ctld_since = now
             self.ready_at = self.clear_at = None
 
     def violate_unsettled(self, fault: str, waited: float) -> None:
@@ -239,7 +243,8 @@ class Observer(threading.Thread):
         t_slurm = time.time()
         return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items),
                             tuple(parse_squeue(out)),
-                            tuple(job_processes(str(self.local.slurm.conf))))
+                            tuple(job_processes(str(self.local.slurm.conf))),
+                            self.ctld_since)
 
     def _violate(self, rule: str, detail: str, key: str) -> None:
         if (rule, key) in self._reported:
@@ -262,13 +267,13 @@ class Observer(threading.Thread):
             if d not in self.slurm_view_only:
                 self.slurm_view_only.append(d)
                 self.note(f"SLURM VIEW ONLY {d}")
-        strays = inv.stray_placeholders(s, self.k8s_node)
-        for key, d in strays.items():
-            if key not in self.strays:
-                self.note(f"STRAY {d}")
-            self.strays[key] = max(self.strays.get(key, 0.0), now - self._stray_since.get(
-                key, now))
-            self._stray_since.setdefault(key, now)
+        for kind, found in ((STRAY, inv.stray_placeholders(s, self.k8s_node)),
+                            (DOUBLE_BOOKED, inv.slurm_double_booked(s, self.k8s_node))):
+            for key, d in found.items():
+                if key not in self.slurm_made[kind]:
+                    self.note(f"{kind} {d}")
+                first = self._first_seen.setdefault(f"{kind} {key}", now)
+                self.slurm_made[kind][key] = now - first
         listed = {p.key: p.uid for p in s.pods}
         for key, uid in self.seen.items():
             if key not in listed and key not in deleted:

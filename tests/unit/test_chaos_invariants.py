@@ -3,6 +3,8 @@ on the legitimate states next to it (the two-read race, a Pod's own job, a termi
 
 from __future__ import annotations
 
+import dataclasses
+
 from bench.chaos import invariants as inv
 from bench.chaos.observe import LIMITS, Durations, Observer, parse_squeue
 from slurmgate import contract
@@ -25,7 +27,7 @@ def pod(name: str = "p", node: str | None = "kwok-n1", claim: str | None = "c1",
 
 def running(jobs: list[inv.Job]) -> list[inv.JobProc]:
     """What the nodes run when slurmctld's view is right: a process per job on each node."""
-    return [inv.JobProc(100 + j.job_id, j.job_id, n, j.start) for j in jobs
+    return [inv.JobProc(100 + j.job_id, j.job_id, n, j.start, j.name) for j in jobs
             if j.state in inv.ON_NODE_STATES and j.start for n in j.nodes]
 
 
@@ -83,11 +85,26 @@ def test_a_placeholder_slurm_no_longer_has_there_is_a_stray_not_a_sharing() -> N
     assert not inv.sharing(s, K8S)
     assert list(inv.stray_placeholders(s, K8S)) == ["9@n1"]
     # the same process while Slurm still has job 9 on n1 is a double allocation
-    assert inv.sharing(snap([pod()], [job(1), job(9, claim="c9")], procs=stray), K8S)
+    still = dataclasses.replace(job(9, claim="c9"), name="k8s:ns/old")
+    assert inv.sharing(snap([pod()], [job(1), still], procs=stray), K8S)
     # and a batch job's leftover is a workload beside the Pod, whatever Slurm says
     batch = [inv.JobProc(901, 10, "n1", T - 3, "chaos-scavenger")]
     assert inv.sharing(snap([pod()], [job(1)], procs=batch), K8S)
     assert not inv.stray_placeholders(snap([pod()], [job(1)], procs=batch), K8S)
+
+
+def test_a_batch_job_the_crashed_controller_lost_is_slurms_double_booking() -> None:
+    # hpc job 36 started at T-3; slurmctld was SIGKILLed before saving that, started again at
+    # T-2 on its old state, and gave n1 to the Pod's job: Slurm's overlap, reported apart
+    lost = [inv.JobProc(936, 36, "n1", T - 3, "chaos-hpc")]
+    crashed = dataclasses.replace(snap([pod()], [job(1)], procs=lost), ctld_since=T - 2)
+    assert not inv.sharing(crashed, K8S)
+    assert list(inv.slurm_double_booked(crashed, K8S)) == ["36@n1"]
+    # the id handed out again to another job (Slurm shows 36 elsewhere) changes nothing
+    reused = dataclasses.replace(job(36, nodes=("n2",), claim="c36"), name="k8s:ns/q")
+    assert not inv.sharing(dataclasses.replace(crashed, jobs=(job(1), reused)), K8S)
+    # started after the controller came back, it is a sharing like any other
+    assert inv.sharing(dataclasses.replace(crashed, ctld_since=T - 4), K8S)
 
 
 def test_leaked_and_duplicate_jobs() -> None:
