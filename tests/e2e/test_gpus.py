@@ -12,7 +12,14 @@ import pytest
 from cluster.bridge import Bridge
 from cluster.local import GPU_RESOURCE, Local, k8s_node_name
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, squeue, wait_until
+from tests.e2e.conftest import (
+    Kubectl,
+    marked_pod,
+    scontrol_job,
+    slurm_cli,
+    squeue,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -105,11 +112,9 @@ def set_gpus(admin: Kubectl, node: str, count: str) -> None:
 
 
 @pytest.fixture
-def gpus_gone(local: Local, admin: Kubectl) -> Iterator[None]:
-    """Both GPU Nodes report no GPUs (a device plugin down); restored afterwards."""
+def gpus_restored(local: Local, admin: Kubectl) -> Iterator[None]:
+    """The GPU Nodes report their 4 GPUs again after the test."""
     try:
-        for node in gpu_nodes(local):
-            set_gpus(admin, node, "0")
         yield
     finally:
         for node in gpu_nodes(local):
@@ -117,11 +122,26 @@ def gpus_gone(local: Local, admin: Kubectl) -> Iterator[None]:
 
 
 def test_binder_refuses_a_node_without_the_gpus_and_gives_the_job_back(
-        local: Local, admin: Kubectl, bridge: Bridge, ns: str, gpus_gone: None) -> None:
-    for node in gpu_nodes(local):
-        wait_until(f"{node} shows 0 GPUs", lambda n=node: admin.get("node", n)["status"]
-                   ["allocatable"].get(GPU_RESOURCE) == "0", 10)
-    admin.apply(gpu_pod("g", 2), "-n", ns)
+        local: Local, admin: Kubectl, bridge: Bridge, ns: str, gpus_restored: None) -> None:
+    # Admitted while the Nodes show their GPUs (the webhook rightly refuses a Pod no Node can
+    # hold), its job kept waiting by plain jobs on the GPU nodes; then the Nodes lose their GPUs
+    # (a device plugin down) and the GPU nodes are freed for the job.
+    fillers = [slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "k8s",
+                         "--exclusive", "-w", n, "--mem=1000", "-J", "filler", "--wrap",
+                         "sleep 600").strip().split(";")[0] for n in local.slurm.gpu_nodes]
+    try:
+        wait_until("the GPU nodes taken", lambda: {r["id"] for r in squeue(local)
+                                                   if r["state"] == "RUNNING"} >= set(fillers),
+                   30)
+        admin.apply(gpu_pod("g", 2), "-n", ns)
+        wait_until("the Pod's job waiting", lambda: [
+            r for r in squeue(local) if f"pod={ns}/g" in r["comment"]], 30)
+        for node in gpu_nodes(local):
+            set_gpus(admin, node, "0")
+            wait_until(f"{node} shows 0 GPUs", lambda n=node: admin.get("node", n)["status"]
+                       ["allocatable"].get(GPU_RESOURCE) == "0", 10)
+    finally:
+        slurm_cli(local, "scancel", *fillers)
     first = wait_until("a running job for the Pod", lambda: [
         r for r in squeue(local) if f"pod={ns}/g" in r["comment"] and r["state"] == "RUNNING"],
         30)[0]
