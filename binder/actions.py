@@ -38,6 +38,7 @@ BACKGROUND_PATIENCE = 2.0  # an Event or condition waits at most this long for b
 # A Pod the tenancy policy refuses now is looked at again after this (the policy may change)
 TENANCY_RETRY = 30.0
 CANCELLED_KEEP = 3600.0  # seconds a job we cancelled stays known as such
+SUBMITTED_KEEP = 60.0  # seconds a submit is remembered: the watch has the Pod's job id by then
 
 
 def _now() -> str:
@@ -198,8 +199,9 @@ class Actions:
         except SlurmError as e:
             await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
             raise
-        now = time.time()  # kept a minute: by then the watch has the annotation below
-        self.submitted = {c: v for c, v in self.submitted.items() if now - v[1] < 60.0}
+        now = time.time()
+        self.submitted = {c: v for c, v in self.submitted.items()
+                          if now - v[1] < SUBMITTED_KEEP}
         self.submitted[claim] = (job_id, now)
         await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
                                     contract.A_JOB_STATE: PENDING,

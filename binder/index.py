@@ -71,9 +71,8 @@ class Index:
         if new is None:
             if claim:
                 self._unlink(claim, key, req)
-            self.claim_by_key.pop(key, None)
-            if claim:
                 self.gone_claims.setdefault(req, set()).add(claim)
+            self.claim_by_key.pop(key, None)
             job = ann(obj).get(contract.A_JOB_ID, "")
             if job.isdigit():
                 self.comment_by_job.pop(int(job), None)
