@@ -103,11 +103,12 @@ class Controller:
                         extra=kv(pod=req.key, error=str(e), retry_in=round(delay, 2)))
 
     async def reconcile(self, req: Request) -> None:
+        started = time.monotonic()
         self.index.forget_gone(req, self.jobs.get)
         unit = self.index.unit(req)
         if not unit.members and not unit.gone_claims:
             return
-        failed = (await self.nodesync.failed_nodes()
+        failed = (await self.nodesync.failed_nodes(read_after=started)
                   if decide.needs_node_states(unit, self.jobs.get) else frozenset())
         d = decide.decide(unit, self.jobs.get, World(
             slurm_synced=self.jobs.synced.is_set(), now=time.time(),

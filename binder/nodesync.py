@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, NamedTuple
@@ -78,16 +79,23 @@ class NodeSync:
         self._nodes: dict[str, NodeInfo] = {}
         self._warned: set[str] = set()  # Nodes reported without the taint
         self._at = 0.0
+        self._refreshing = asyncio.Lock()
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
         if time.monotonic() - self._at > CACHE_SECONDS:
             await self.refresh()
         return self._nodes.get(name)
 
-    async def failed_nodes(self) -> frozenset[str]:
-        """Slurm nodes that are down or not responding (cached for CACHE_SECONDS)."""
-        if time.monotonic() - self._at > CACHE_SECONDS:
-            await self.refresh()
+    async def failed_nodes(self, read_after: float) -> frozenset[str]:
+        """Slurm nodes that are down or not responding, from a node list read after
+        `read_after` (time.monotonic()). The caller passes the moment it looked at the job:
+        slurmctld marks a node DOWN before it requeues the node's jobs, so only a list read
+        after the requeue was seen is sure to show the node down (a list cached a moment
+        earlier made a node failure look like a plain requeue on 22.05). Concurrent callers
+        share one read."""
+        async with self._refreshing:
+            if self._at <= read_after:
+                await self.refresh()
         return frozenset(n.name for n in self._nodes.values() if failed(n))
 
     async def refresh(self) -> None:

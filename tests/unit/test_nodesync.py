@@ -124,3 +124,22 @@ def test_slurm_nodes_without_the_taint_are_counted() -> None:
     b.nodes.store["kwok-n1"]["spec"]["taints"] = [contract.TAINT]
     asyncio.run(b.nodesync.drifted())
     assert metrics.UNTAINTED._value.get() == 0
+
+
+def test_failed_nodes_are_read_after_the_job_was_seen() -> None:
+    """22.05 CI: a node list cached a moment before the node went DOWN made the requeue it
+    caused look like a plain requeue (SlurmJobRequeued instead of SlurmNodeFailed)."""
+    import dataclasses
+    import time
+
+    up = NodeInfo(name="n1", state="IDLE", flags=frozenset(), cpus=4, real_memory_mb=1,
+                  partitions=(), reason="", features=(), gres="")
+    fake = FakeSlurm([up])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    asyncio.run(b.nodesync.refresh())  # a fresh cache, from before the failure
+    fake._nodes = [dataclasses.replace(up, state="DOWN")]
+    assert asyncio.run(b.nodesync.failed_nodes(read_after=time.monotonic())) == {"n1"}
+    calls = fake.calls
+    # a caller that looked at its job before that read shares it
+    assert asyncio.run(b.nodesync.failed_nodes(read_after=0.0)) == {"n1"}
+    assert fake.calls == calls
