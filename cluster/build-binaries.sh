@@ -2,14 +2,26 @@
 # Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok from the Go module
 # proxy into a cache outside the checkout, keyed by the pinned versions. Idempotent: a complete
 # cache is reused; prints the bin directory on stdout.
+#
+#   build-binaries.sh           the control plane (above)
+#   build-binaries.sh kubelet   only the kubelet, for real Nodes (cluster/realnode.py), in a cache
+#                               directory of its own so the control plane's stays complete
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 cache_root=${SLURMGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmgate}
-bin="$cache_root/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
-want=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok)
-[ -f "$bin/kwok-stages.yaml" ] || rm -f "$bin/kwok"  # stages ship with the kwok build
+mode=${1:-control-plane}
+case "$mode" in
+  control-plane)
+    bin="$cache_root/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+    want=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok)
+    [ -f "$bin/kwok-stages.yaml" ] || rm -f "$bin/kwok" ;;  # stages ship with the kwok build
+  kubelet)
+    bin="$cache_root/bin/kubelet-$K8S_VERSION"
+    want=(kubelet) ;;
+  *) echo "usage: $0 [kubelet]" >&2; exit 2 ;;
+esac
 complete=1
 for b in "${want[@]}"; do [ -x "$bin/$b" ] || complete=0; done
 if [ "$complete" = 1 ]; then echo "$bin"; exit 0; fi
@@ -20,6 +32,44 @@ work=$(mktemp -d "$cache_root/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 log() { echo "[build] $*" >&2; }
+
+# A module that requires k8s.io/kubernetes at the pinned version, importing the given commands.
+k8s_module() {  # dir cmd...
+  local mod=$1; shift
+  mkdir -p "$mod"
+  go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null
+  local kmod
+  kmod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod
+  local staging_version="v0.${K8S_VERSION#1.}"
+  {
+    echo "module local/k8sbuild"
+    echo
+    echo "go $(awk '/^go /{print $2; exit}' "$kmod")"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    # k8s.io/kubernetes points its staging modules at ./staging; map each to its published version.
+    grep -E '=> \./staging/src/' "$kmod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+  } > "$mod/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } > "$mod/tools.go"
+  (cd "$mod" && go mod tidy -e >&2 2>&1 | tail -5 >&2 || true)
+}
+
+if [ "$mode" = kubelet ]; then
+  log "kubelet v$K8S_VERSION (~1 min with a warm Go cache, ~10 min cold on 2 cores)"
+  k8s_module "$work/k8s" kubelet
+  # without the version stamp the kubelet reports v0.0.0-master to the apiserver
+  (cd "$work/k8s" && go build -trimpath \
+    -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" \
+    -o "$bin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet >&2)
+  mv "$bin/kubelet.tmp" "$bin/kubelet"
+  echo "$bin"
+  exit 0
+fi
 
 # Build a main package of a module through a throwaway module of ours: `go install mod@v` refuses
 # modules whose go.mod has replace directives (etcd's and kwok's do).
@@ -56,32 +106,7 @@ for b in kube-apiserver kube-scheduler kube-controller-manager; do [ -x "$bin/$b
 if [ "$k8s_missing" = 1 ]; then
   log "kubernetes v$K8S_VERSION (this is the slow part: ~10-25 min cold on 2 cores)"
   mod="$work/k8s"
-  mkdir -p "$mod"
-  go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null
-  kmod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod
-  staging_version="v0.${K8S_VERSION#1.}"
-  {
-    echo "module local/k8sbuild"
-    echo
-    echo "go $(awk '/^go /{print $2; exit}' "$kmod")"
-    echo
-    echo "require k8s.io/kubernetes v$K8S_VERSION"
-    echo
-    # k8s.io/kubernetes points its staging modules at ./staging; map each to its published version.
-    grep -E '=> \./staging/src/' "$kmod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
-  } > "$mod/go.mod"
-  cat > "$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
-  (cd "$mod" && go mod tidy -e >&2 2>&1 | tail -5 >&2 || true)
+  k8s_module "$mod" kube-apiserver kube-controller-manager kube-scheduler
   for b in kube-apiserver kube-scheduler kube-controller-manager; do
     [ -x "$bin/$b" ] && continue
     log "  $b"

@@ -33,6 +33,10 @@ class KubeCluster:
     kubeconfig: str
     ca_file: str
     pids: dict[str, int] = field(default_factory=dict)
+    # set when started for real Nodes (cluster/realnode.py): the host address Pods on their
+    # bridges reach, and the apiserver URL at it
+    node_ip: str | None = None
+    node_server: str | None = None
 
 
 def build_binaries() -> Path:
@@ -41,7 +45,7 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def _pki(d: Path) -> None:
+def _pki(d: Path, node_ip: str | None = None) -> None:
     d.mkdir(parents=True, exist_ok=True)
     if (d / "admin.crt").exists():
         return
@@ -52,9 +56,17 @@ def _pki(d: Path) -> None:
         ca_key, ca, "kube-apiserver",
         dns_names=["localhost", "kubernetes", "kubernetes.default",
                    "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
-        ip_addresses=["127.0.0.1", "10.96.0.1"], days=3650)
+        ip_addresses=["127.0.0.1", "10.96.0.1", *([node_ip] if node_ip else [])], days=3650)
     pki.write_key(d / "apiserver.key", key)
     pki.write_cert(d / "apiserver.crt", cert)
+    if node_ip:
+        # what kube-apiserver shows real kubelets (logs, exec, port-forward); system:masters
+        # passes the kubelets' webhook authorization without an RBAC binding of ours
+        key, cert = pki.make_cert(ca_key, ca, "kube-apiserver-kubelet-client",
+                                  organizations=["system:masters"], client=True, server=False,
+                                  days=3650)
+        pki.write_key(d / "kubelet-client.key", key)
+        pki.write_cert(d / "kubelet-client.crt", cert)
     key, cert = pki.make_cert(ca_key, ca, "admin", organizations=["system:masters"],
                               client=True, server=False, days=3650)
     pki.write_key(d / "admin.key", key)
@@ -122,20 +134,40 @@ def _http_ok(url: str) -> bool:
     return proc.http_status(url) == 200
 
 
-def start(run_dir: Path, base_port: int = 16400) -> KubeCluster:
+def _real_node_flags(node_ip: str | None, pki_dir: Path) -> list[str]:
+    """kube-apiserver flags for real kubelets (none without them: loopback only, as ever)."""
+    if node_ip is None:
+        return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+    return [
+        # Pods on the real Nodes' bridges reach the apiserver at the host's address
+        "--bind-address=0.0.0.0", f"--advertise-address={node_ip}",
+        # kubelets registered without DNS names: logs/exec go to the InternalIP
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        # no kube-proxy: webhook/aggregated Services are called at their endpoint IPs
+        "--enable-aggregator-routing=true",
+        f"--kubelet-client-certificate={pki_dir / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki_dir / 'kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki_dir / 'ca.crt'}",
+    ]
+
+
+def start(run_dir: Path, base_port: int = 16400, node_ip: str | None = None) -> KubeCluster:
+    """node_ip: also serve real kubelets and the Pods on their bridges at this host address
+    (cluster/realnode.py); None keeps everything on loopback."""
     bin_dir = build_binaries()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_dir = run_dir / "log"
     log_dir.mkdir(exist_ok=True)
     pki_dir = run_dir / "pki"
-    _pki(pki_dir)
+    _pki(pki_dir, node_ip)
     etcd_port, peer_port, api_port = base_port + 1, base_port + 2, base_port + 43
     sched_port, kcm_port, kwok_port = base_port + 59, base_port + 57, base_port + 47
     server = f"https://127.0.0.1:{api_port}"
     kubeconfig = run_dir / "admin.kubeconfig"
     _kubeconfig(kubeconfig, server, pki_dir)
     kc = KubeCluster(str(run_dir), str(bin_dir), server, str(kubeconfig),
-                     str(pki_dir / "ca.crt"))
+                     str(pki_dir / "ca.crt"), node_ip=node_ip,
+                     node_server=f"https://{node_ip}:{api_port}" if node_ip else None)
     b = bin_dir
 
     kc.pids["etcd"] = _spawn("etcd", [
@@ -153,7 +185,7 @@ def start(run_dir: Path, base_port: int = 16400) -> KubeCluster:
 
     kc.pids["kube-apiserver"] = _spawn("kube-apiserver", [
         str(b / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        *_real_node_flags(node_ip, pki_dir),
         f"--secure-port={api_port}",
         f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
         f"--tls-private-key-file={pki_dir / 'apiserver.key'}",

@@ -1,0 +1,3 @@
+module slurmgate.local/pause
+
+go 1.26
