@@ -2,6 +2,7 @@
 #
 #   make demo     local Slurm + Kubernetes control plane, deploy, watch a Pod land where Slurm chose
 #   make test     install everything needed, lint (ruff, layer contracts), mypy, unit + e2e tests
+#   make image    the slurmgate image (buildah, no Docker or registry) as an OCI archive
 #
 # SLURM_VERSION (22.05, 24.11 or 26.05; default the newest) picks the local cluster's Slurm:
 #   SLURM_VERSION=24.11 make demo;  make test-matrix runs the e2e suite on every one.
@@ -16,7 +17,7 @@ VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 PY_BOOT ?= python3
 APT_PACKAGES := munge slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin slurmdbd \
-                mariadb-server
+                mariadb-server containerd runc containernetworking-plugins
 PYTEST_ARGS ?=
 SLURM_VERSION ?= 26.05
 MATRIX ?= 22.05 24.11 26.05
@@ -26,7 +27,7 @@ export SLURMGATE_RUN_DIR := $(RUN_DIR)
 export SLURM_VERSION
 
 .PHONY: deps apt venv binaries slurm-root lint typecheck test test-unit test-e2e test-faults \
-        test-matrix record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos test-chaos clean
+        test-matrix test-incluster record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos test-chaos clean
 
 deps: apt venv binaries slurm-root
 
@@ -82,6 +83,13 @@ test-matrix: deps lint typecheck
 	    -m faults tests/e2e $(PYTEST_ARGS); \
 	done
 
+# slurmgate as a user deploys it: its image (make image) on real Nodes (containerd + kubelet),
+# `kubectl apply -k kustomize/overlays/local-incluster`, a marked Pod really running where Slurm
+# placed it, leader handover between the binder Pods (tests/e2e/test_incluster.py,
+# test_real_node.py). Each module starts its own cluster.
+test-incluster: deps
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m incluster tests/e2e $(PYTEST_ARGS)
+
 # Re-record the real slurmrestd answers the unit tests replay (every release in $(MATRIX)).
 record-fixtures: deps
 	for v in $(MATRIX); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; done
@@ -124,3 +132,4 @@ clean: cluster-down
 	rm -rf $(RUN_DIR) kustomize/overlays/*/generated
 
 include mk/deploy.mk
+include mk/image.mk

@@ -1,6 +1,7 @@
 """The whole local cluster: real Slurm + real Kubernetes control plane, one Node per Slurm node.
 
-    python -m cluster.local up [--nodes N]   # prints the kubeconfig and slurmrestd URL
+    python -m cluster.local up [--nodes N] [--real-nodes N]   # prints the kubeconfig and
+                                                              # slurmrestd URL
     python -m cluster.local down
     python -m cluster.local env              # shell exports for KUBECONFIG, SLURM_CONF, ...
 """
@@ -14,10 +15,11 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster import kube, slurm
+from cluster import kube, oci, realnode, slurm
 from slurmgate import contract
 
 DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -38,9 +40,12 @@ class Local:
     run_dir: Path
     kube: kube.KubeCluster
     slurm: slurm.SlurmCluster
+    # real Nodes (containerd + kubelet; realnode.py): names, node IP, containerd sockets,
+    # Pod CIDRs; the apiserver URL their Pods use is kube.node_server
+    real: list[realnode.RealNode] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             "KUBECONFIG": self.kube.kubeconfig,
             "SLURM_CONF": str(self.slurm.conf),
             "SLURMREST_URL": self.slurm.rest_url,
@@ -48,6 +53,10 @@ class Local:
             "SLURMGATE_RUN_DIR": str(self.run_dir),
             "SLURM_VERSION": self.slurm.version,
         }
+        if self.real:
+            env["SLURMGATE_REAL_NODES"] = ",".join(n.name for n in self.real)
+            env["SLURMGATE_NODE_SERVER"] = self.kube.node_server or ""
+        return env
 
     def shell_env(self) -> str:
         """env.sh: the variables, and this cluster's own Slurm commands first on PATH."""
@@ -65,12 +74,40 @@ def kubectl(kc: kube.KubeCluster, *args: str, stdin: str | None = None,
     return p
 
 
-def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
+def real_slurm_nodes(real: list[realnode.RealNode]) -> dict[str, str]:
+    """Slurm node -> the real Node that stands for it (the one labelled with it)."""
+    return {n.labels[contract.NODE_LABEL]: n.name for n in real if contract.NODE_LABEL in n.labels}
+
+
+def _slurmd_pod(slurm_node: str, k8s_node: str, real: bool) -> dict:
+    # slurmd itself runs on the host; its Pod holds the Node's share for it. On a real Node the
+    # Pod really runs, so it runs our pause image (imported, never pulled).
+    k, v = contract.SLURMD_POD_LABEL.split("=")
+    container = {"name": "slurmd", "image": oci.PAUSE_IMAGE if real else "slurmd:local",
+                 "resources": {"requests": {"cpu": "500m", "memory": SLURMD_MEMORY}}}
+    if real:
+        container["imagePullPolicy"] = "Never"
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"slurmd-{slurm_node}", "namespace": SLURM_NS,
+                     "labels": {k: v, contract.NODE_LABEL: slurm_node}},
+        "spec": {"nodeName": k8s_node, "containers": [container],
+                 "tolerations": [{"operator": "Exists"}]},
+    }
+
+
+def _node_objects(s: slurm.SlurmCluster, real: dict[str, str] | None = None) -> list[dict]:
+    """The kwok Nodes and every slurmd Pod; `real`: Slurm nodes a real Node stands for (the
+    kubelet registers that Node itself)."""
     # slurmd is node infrastructure: its Pods tolerate the Slurm taint (slurmgate-taint-guard)
     objs: list[dict] = [{"apiVersion": "v1", "kind": "Namespace",
                          "metadata": {"name": SLURM_NS,
                                       "labels": {contract.INFRA_NAMESPACE_LABEL: "true"}}}]
+    real = real or {}
     for n in s.nodes:
+        if n in real:
+            objs.append(_slurmd_pod(n, real[n], real=True))
+            continue
         name = k8s_node_name(n)
         resources = {"cpu": str(s.node_cpus), "memory": f"{s.node_memory_mb}Mi", "pods": "110"}
         labels = {"type": "kwok", "kubernetes.io/hostname": name, contract.NODE_LABEL: n}
@@ -89,19 +126,7 @@ def _node_objects(s: slurm.SlurmCluster) -> list[dict]:
             "spec": {"taints": [contract.TAINT]},
             "status": {"allocatable": dict(resources), "capacity": dict(resources)},
         })
-        k, v = contract.SLURMD_POD_LABEL.split("=")
-        objs.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"slurmd-{n}", "namespace": SLURM_NS,
-                         "labels": {k: v, contract.NODE_LABEL: n}},
-            "spec": {
-                "nodeName": name,
-                "containers": [{"name": "slurmd", "image": "slurmd:local",
-                                "resources": {"requests": {"cpu": "500m",
-                                                           "memory": SLURMD_MEMORY}}}],
-                "tolerations": [{"operator": "Exists"}],
-            },
-        })
+        objs.append(_slurmd_pod(n, name, real=False))
     return objs
 
 
@@ -109,8 +134,9 @@ def _as_list(objs: list[dict]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
 
 
-def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
-    objs = _node_objects(s)
+def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster,
+                    real: dict[str, str] | None = None) -> None:
+    objs = _node_objects(s, real)
     first = [o for o in objs if o["kind"] != "Pod"]
     kubectl(kc, "apply", "-f", "-", stdin=_as_list(first))
     # Pods need their namespace's default ServiceAccount (made by kube-controller-manager)
@@ -129,32 +155,48 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster) -> None:
         return (len(out) == len(s.nodes) and all(x == "True" for x in out)
                 and len(pods) == len(s.nodes) and all(p == "Running" for p in pods))
 
-    kube.wait_for("kwok Nodes Ready and slurmd Pods Running", all_ready, 90, interval=0.3)
+    kube.wait_for("Slurm's Nodes Ready and slurmd Pods Running", all_ready, 90, interval=0.3)
 
 
 def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16000,
        node_cpus: int = 8, slurm_version: str | None = None, gpu_nodes: int = 2,
-       gpus_per_node: int = 4, gpu_type: str = "a100") -> Local:
+       gpus_per_node: int = 4, gpu_type: str = "a100",
+       real_nodes: int | Sequence[realnode.NodeSpec] = 0,
+       features: dict[str, str] | None = None) -> Local:
     """Start Slurm (release: `slurm_version`, else $SLURM_VERSION, else the newest) and the
     Kubernetes control plane, one kwok Node per Slurm node. The last `gpu_nodes` (at most
     half) have `gpus_per_node` GPUs of `gpu_type` in Slurm (gres) and on their Node
-    (nvidia.com/gpu, label slurmgate.io/gpu-type)."""
+    (nvidia.com/gpu, label slurmgate.io/gpu-type).
+
+    real_nodes: real Nodes (containerd + kubelet) beside the kwok ones; N gives plain
+    Nodes real-1..real-N (no labels, no taints), NodeSpecs give names, labels and taints
+    (a Node labelled contract.NODE_LABEL=<Slurm node> stands for that Slurm node instead of a
+    kwok Node, and carries contract.TAINT like the others). With real Nodes, slurmrestd and the
+    apiserver also listen on the Node IP, for Pods on the Nodes' bridges.
+    features: Slurm Features= by node (e.g. {"n2": "real"}, asked for with a constraint)."""
     down(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     t0 = time.monotonic()
+    specs = ([realnode.NodeSpec(f"real-{i + 1}") for i in range(real_nodes)]
+             if isinstance(real_nodes, int) else list(real_nodes))
+    node_ip = realnode.default_node_ip() if specs else None
     try:
         s = slurm.start(run_dir / "slurm", n_nodes=nodes, cpus=node_cpus,
                         memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET,
                         version=slurm_version, gpu_nodes=gpu_nodes,
-                        gpus_per_node=gpus_per_node, gpu_type=gpu_type)
-        k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET)
-        _register_nodes(k, s)
+                        gpus_per_node=gpus_per_node, gpu_type=gpu_type,
+                        rest_listen_ips=(node_ip,) if node_ip else (), features=features)
+        k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
+        # the real Nodes register themselves before the slurmd Pods are placed on them
+        real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET)
+                if specs else [])
+        _register_nodes(k, s, real_slurm_nodes(real))
     except BaseException:
         down(run_dir)
         raise
-    local = Local(run_dir, k, s)
+    local = Local(run_dir, k, s, real)
     (run_dir / "env.json").write_text(json.dumps(local.env(), indent=2))
     (run_dir / "env.sh").write_text(local.shell_env())
     print(f"local cluster (Slurm {s.version}) up in {time.monotonic() - t0:.1f}s",
@@ -163,10 +205,13 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
 
 
 def load(run_dir: Path = DEFAULT_RUN_DIR) -> Local:
-    return Local(run_dir, kube.load(run_dir / "kube"), slurm.load(run_dir / "slurm"))
+    return Local(run_dir, kube.load(run_dir / "kube"), slurm.load(run_dir / "slurm"),
+                 realnode.load(run_dir / "realnodes"))
 
 
 def down(run_dir: Path = DEFAULT_RUN_DIR) -> None:
+    # kubelets first: they hold mounts, cgroups and a bridge, and talk to the apiserver
+    realnode.stop(run_dir / "realnodes")
     kube.stop(run_dir / "kube")
     slurm.stop(run_dir / "slurm")
 
@@ -177,13 +222,20 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=DEFAULT_RUN_DIR)
     ap.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NODES", "4")))
     ap.add_argument("--gpu-nodes", type=int, default=2, help="the last N nodes get GPUs")
+    ap.add_argument("--real-nodes", type=int, default=0,
+                    help="also N real Nodes (containerd + kubelet) real-1..real-N")
     a = ap.parse_args()
     if a.action == "up":
-        local = up(a.dir, a.nodes, gpu_nodes=a.gpu_nodes)
+        local = up(a.dir, a.nodes, gpu_nodes=a.gpu_nodes, real_nodes=a.real_nodes)
         print(f"kubeconfig:     {local.kube.kubeconfig}")
         print(f"Slurm:          {local.slurm.version}")
         print(f"slurmrestd:     {local.slurm.rest_url}")
         print(f"SLURM_CONF:     {local.slurm.conf}")
+        for n in local.real:
+            print(f"real Node:      {n.name} (containerd {n.containerd_socket}, "
+                  f"Pods {n.pod_cidr})")
+        if local.real:
+            print(f"apiserver for Pods on real Nodes: {local.kube.node_server}")
         print(f"env for shells: source {a.dir / 'env.sh'}")
     elif a.action == "down":
         down(a.dir)

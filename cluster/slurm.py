@@ -61,12 +61,15 @@ def start(
     gpu_nodes: int = 2,
     gpus_per_node: int = 4,
     gpu_type: str = "a100",
+    rest_listen_ips: tuple[str, ...] = (),
+    features: dict[str, str] | None = None,
 ) -> SlurmCluster:
     """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
     and slurmrestd; return when all are ready.
 
     The last `gpu_nodes` nodes (at most half of them) get `gpus_per_node` GPUs of `gpu_type`
-    ("" = untyped) as gres; gpu_nodes=0 for none.
+    ("" = untyped) as gres; gpu_nodes=0 for none. `rest_listen_ips`: slurmrestd also listens
+    there (Pods on a real Node's bridge reach it at the Node's IP); `features`: Features= by node.
 
     Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20, slurmdbd base+21,
     MariaDB base+22.
@@ -81,6 +84,8 @@ def start(
     c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
     gpus = GpuLayout.last(c.nodes, gpu_nodes, gpus_per_node, gpu_type)
     c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
+    c.rest_listen_ips = list(rest_listen_ips)
+    c.features = dict(features or {})
     _prepare_dirs(c)
     unix_users.ensure(root, [REST_USER] + (slurm_accounting.unix_users() if accounting else []))
     # The record is saved after every daemon, so that stop() finds what runs even when this
@@ -224,7 +229,7 @@ def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
     gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
                                       base_port, _munge_socket(c), c.cluster_name, grace_time,
-                                      acct, gpus))
+                                      acct, gpus, c.features))
     c.conf.chmod(0o644)
     dev_dir = c.run_dir / "gpu-dev"
     dev_dir.mkdir(exist_ok=True)
@@ -294,6 +299,7 @@ def restd_argv(c: SlurmCluster) -> tuple[list[str], dict[str, str]]:
     argv, env = slurm_release.command(c.root, [
         "slurmrestd", "-f", str(c.conf), "-a", "rest_auth/jwt", "-u", REST_USER, "-g",
         REST_USER, "-s", r.openapi_plugins, f"127.0.0.1:{port}",
+        *(f"{ip}:{port}" for ip in c.rest_listen_ips),
     ], c_env)
     return argv, {**env, **c_env}
 

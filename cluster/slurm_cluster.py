@@ -40,6 +40,10 @@ class SlurmCluster:
     gpu_nodes: list[str] = field(default_factory=list)
     gpus_per_node: int = 0
     gpu_type: str = ""
+    # Addresses slurmrestd also listens on, besides 127.0.0.1 (a real Node's IP, so that
+    # slurmgate's Pods on that Node's bridge reach it)
+    rest_listen_ips: list[str] = field(default_factory=list)
+    features: dict[str, str] = field(default_factory=dict)  # Features= by node
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""

@@ -61,16 +61,19 @@ def slurm_conf_text(
     grace_time: int,
     accounting: str = "",
     gpus: GpuLayout | None = None,
+    features: dict[str, str] | None = None,
 ) -> str:
     """`accounting`: slurm.conf lines for slurmdbd (cluster/slurm_accounting.py); empty for a
-    cluster without accounting. `gpus`: which nodes have GPUs (see gres_conf_text)."""
+    cluster without accounting. `gpus`: which nodes have GPUs (see gres_conf_text).
+    `features`: Features= by node (a Pod asks for one with slurmgate.io/constraint)."""
     d = run_dir
     acct = (accounting or "AccountingStorageType=accounting_storage/none").rstrip()
     gpus = gpus or GpuLayout()
     node_lines = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={base_port + 100 + i} "
         f"CPUs={cpus} RealMemory={memory_mb}"
-        + (f" Gres={gpus.gres}" if n in gpus.nodes else "") + " State=UNKNOWN"
+        + (f" Gres={gpus.gres}" if n in gpus.nodes else "")
+        + (f" Features={features[n]}" if features and n in features else "") + " State=UNKNOWN"
         for i, n in enumerate(nodes, start=1)
     )
     return f"""\

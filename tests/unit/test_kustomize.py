@@ -409,7 +409,7 @@ def test_no_secret_values_anywhere(tree: Path) -> None:
 
 
 def test_local_overlays_tenancy_policy_parses_and_maps_the_local_teams() -> None:
-    doc = yaml.safe_load((KUSTOMIZE / "overlays/local/tenancy-policy.yaml").read_text())
+    doc = yaml.safe_load((KUSTOMIZE / "components/local-tenancy/tenancy-policy.yaml").read_text())
     policy = tenancy.parse(doc["data"][tenancy.POLICY_KEY])
     a = policy.resolve("team-a")
     assert a is not None and a.user == "sg-team-a"

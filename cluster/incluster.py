@@ -1,0 +1,231 @@
+"""Deploy slurmgate onto the local cluster in-cluster, the way an operator does on a real one:
+the image into the Node's runtime, three Secrets, `kubectl apply -k`, wait for the rollout.
+
+    python -m cluster.incluster up      # needs a local cluster with real Nodes (--real-nodes)
+    python -m cluster.incluster down
+
+The webhook and binder run as the base's Deployment (two replicas, one binder leading) on the
+real Node labelled slurmgate.io/local-role=slurmgate, from the image `make image` built. What only
+this running cluster knows (the apiserver's and slurmrestd's addresses on the Node's IP, the
+webhook's caBundle, the push token) goes into a small overlay written in the run dir on top of
+kustomize/overlays/local-incluster, which stays renderable as it is in git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster import kube, realnode
+from cluster.local import DEFAULT_RUN_DIR, Local, kubectl, load
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "slurmgate-system"
+OVERLAY = "local-incluster"
+ROLE_LABEL = "slurmgate.io/local-role"
+SELECTOR = "app.kubernetes.io/name=slurmgate"
+BINDER_PORT = 8080  # the Deployment's http-metrics port: health, metrics and the push endpoint
+LEASE = "slurmgate-binder"
+
+
+@dataclass
+class InCluster:
+    run_dir: str
+    image: str
+    archive: str  # the image's OCI archive (to import it where workloads run it too)
+    node: str  # the real Node the Pods run on
+    pods: list[str] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def build_image() -> tuple[Path, str]:
+    """`make image`'s script: the OCI archive (cached while the sources are unchanged) and the
+    image's name:tag."""
+    out = subprocess.run(["bash", str(REPO / "cluster" / "build-image.sh")], check=True,
+                         stdout=subprocess.PIPE, text=True, cwd=REPO).stdout.split()
+    archive = Path(out[-1])
+    return archive, image_name(archive)
+
+
+def image_name(archive: Path) -> str:
+    """The name:tag the archive was exported under (its OCI index's ref annotation)."""
+    import tarfile
+    with tarfile.open(archive) as t:
+        member = t.extractfile("index.json")
+        assert member is not None, f"{archive}: no index.json"
+        index = json.load(member)
+    return str(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])
+
+
+def control_node(local: Local) -> realnode.RealNode:
+    nodes = [n for n in local.real if n.labels.get(ROLE_LABEL)]
+    if not nodes:
+        raise RuntimeError(f"no real Node labelled {ROLE_LABEL}: start the local cluster with "
+                           "real Nodes (python -m cluster.local up --real-nodes 2)")
+    return nodes[0]
+
+
+def _secrets(local: Local, run_dir: Path, push_token: str) -> list[dict[str, Any]]:
+    certs = run_dir / "certs"
+    subprocess.run([sys.executable, "-m", "slurmgate.certs", "webhook", "--out", str(certs),
+                    "--namespace", NAMESPACE, "--service", "slurmgate-webhook",
+                    "--secret-manifest", str(certs / "secret.yaml"),
+                    "--ca-bundle-out", str(certs / "ca-bundle.b64")],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    tls = yaml.safe_load((certs / "secret.yaml").read_text())
+
+    def opaque(name: str, value: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "stringData": {"token": value}}
+
+    jwt = Path(local.slurm.token_file).read_text().strip()
+    return [tls, opaque("slurmgate-slurm-jwt", jwt), opaque("slurmgate-push-token", push_token)]
+
+
+def _run_overlay(local: Local, run_dir: Path, image: str, node_ip: str,
+                 settings: dict[str, str]) -> Path:
+    """kustomize/ copied into the run dir, and beside overlays/local-incluster an overlay of
+    this cluster's addresses, caBundle and settings."""
+    tree = run_dir / "kustomize"
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(REPO / "kustomize", tree, ignore=shutil.ignore_patterns("generated"))
+    api_port = local.kube.server.rsplit(":", 1)[1]
+    rest_port = local.slurm.rest_url.rsplit(":", 1)[1]
+    ca_bundle = (run_dir / "certs" / "ca-bundle.b64").read_text().strip()
+    name, _, tag = image.rpartition(":")
+    # no kube-proxy here: the Pods reach the apiserver at the Node's IP, not its ClusterIP
+    api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": node_ip},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": api_port}]
+    config = {"SLURMREST_URL": f"http://{node_ip}:{rest_port}", **settings}
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../{OVERLAY}"],
+        "images": [{"name": "ghcr.io/slurmgate/slurmgate", "newName": name, "newTag": tag}],
+        "patches": [
+            {"target": {"kind": "ConfigMap", "name": "slurmgate-config"},
+             "patch": yaml.safe_dump([{"op": "add", "path": f"/data/{k}", "value": v}
+                                      for k, v in config.items()])},
+            {"target": {"kind": "Deployment", "name": "slurmgate"},
+             # the webhook (container 0) has no env in the base, the binder (1) has POD_NAME
+             "patch": yaml.safe_dump(
+                 [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": api_env}]
+                 + [{"op": "add", "path": "/spec/template/spec/containers/1/env/-", "value": e}
+                    for e in api_env])},
+            {"target": {"kind": "MutatingWebhookConfiguration", "name": "slurmgate"},
+             "patch": yaml.safe_dump([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
+                                       "value": ca_bundle}])},
+        ],
+    }
+    out = tree / "overlays" / f"{OVERLAY}-run"
+    out.mkdir(parents=True)
+    (out / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def up(local: Local | None = None, settings: dict[str, str] | None = None,
+       timeout: float = 180.0) -> InCluster:
+    """Build (or reuse) the image, import it into the control Node's containerd, create the
+    Secrets, apply the overlay and wait until both replicas are Ready and one binder leads.
+    `settings`: ConfigMap values on top of the overlay's (the e2e suite shortens graces)."""
+    local = local or load()
+    run_dir = local.run_dir / "incluster"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    node = control_node(local)
+    archive, image = build_image()
+    realnode.import_image(node, archive)
+    push_token = secrets.token_urlsafe(32)
+    kubectl(local.kube, "create", "namespace", NAMESPACE, check=False)
+    kubectl(local.kube, "apply", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": _secrets(local, run_dir, push_token)}))
+    ic = InCluster(str(run_dir), image, str(archive), node.name, settings=dict(settings or {}))
+    overlay = _run_overlay(local, run_dir, image, node.node_ip, ic.settings)
+    kubectl(local.kube, "apply", "-k", str(overlay))
+    kubectl(local.kube, "-n", NAMESPACE, "rollout", "status", "deployment/slurmgate",
+            f"--timeout={int(timeout)}s")
+    kube.wait_for("a binder Pod holding the Lease", lambda: leader(local) is not None, 60)
+    ic.pods = pod_names(local)
+    _save(ic)
+    point_push_hook(local, push_token)
+    return ic
+
+
+def pods(local: Local) -> list[dict[str, Any]]:
+    out = kubectl(local.kube, "-n", NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json")
+    return [p for p in json.loads(out.stdout)["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def pod_names(local: Local) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods(local))
+
+
+def leader(local: Local) -> str | None:
+    """The binder Pod holding the Lease, if its holder is a live Pod of ours."""
+    p = kubectl(local.kube, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
+    if p.returncode != 0:
+        return None
+    holder = (json.loads(p.stdout).get("spec") or {}).get("holderIdentity")
+    return holder if holder in pod_names(local) else None
+
+
+def point_push_hook(local: Local, token: str | None = None) -> list[str]:
+    """slurmctld's hook tells every binder Pod (the standby ignores it): their Pod IPs, which
+    the host reaches over the Node's bridge. Rewritten when the Pods change."""
+    conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
+    conf.mkdir(parents=True, exist_ok=True)
+    if token is not None:
+        (conf / "token").write_text(token + "\n")
+        (conf / "token").chmod(0o600)
+    ips = [p["status"]["podIP"] for p in pods(local) if (p.get("status") or {}).get("podIP")]
+    (conf / "endpoint").write_text("".join(f"{ip}:{BINDER_PORT}\n" for ip in ips))
+    return ips
+
+
+def _save(ic: InCluster) -> None:
+    (Path(ic.run_dir) / "incluster.json").write_text(json.dumps(asdict(ic), indent=2))
+
+
+def load_incluster(run_dir: Path = DEFAULT_RUN_DIR) -> InCluster:
+    return InCluster(**json.loads((run_dir / "incluster" / "incluster.json").read_text()))
+
+
+def down(local: Local | None = None, timeout: float = 60.0) -> None:
+    """Delete what `up` applied (the Deployment's Pods stop on their Node) and the Secrets."""
+    local = local or load()
+    overlay = local.run_dir / "incluster" / "kustomize" / "overlays" / f"{OVERLAY}-run"
+    if overlay.exists():
+        kubectl(local.kube, "delete", "-k", str(overlay), "--ignore-not-found",
+                f"--timeout={int(timeout)}s", check=False)
+    deadline = time.monotonic() + timeout
+    while pods(local) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (local.run_dir / "incluster" / "incluster.json").unlink(missing_ok=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m cluster.incluster")
+    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("--dir", type=Path, default=DEFAULT_RUN_DIR)
+    a = ap.parse_args()
+    local = load(a.dir)
+    if a.action == "up":
+        ic = up(local)
+        print(f"slurmgate in-cluster on {ic.node} ({ic.image}): {', '.join(ic.pods)}; "
+              f"leader {leader(local)}")
+    else:
+        down(local)
+
+
+if __name__ == "__main__":
+    main()
