@@ -108,8 +108,10 @@ deploy: venv
 undeploy: venv
 	$(PYTHON) -m cluster.bridge down
 
+# DEMO_ARGS=--in-cluster: slurmgate as Pods from its image on a real Node (kubectl apply -k)
+DEMO_ARGS ?=
 demo: deps
-	$(PYTHON) -m cluster.demo
+	$(PYTHON) -m cluster.demo $(DEMO_ARGS)
 
 # The bench on every Slurm release in turn (each on a fresh cluster; the roots are built by the
 # bench itself), bursts of 100 and 500 Pods. BENCH_ARGS='--scale' adds the 1,000-Pod burst,

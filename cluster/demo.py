@@ -1,8 +1,9 @@
 """`make demo`: a real Slurm and a real Kubernetes control plane on this machine, slurmgate
 deployed with kubectl apply -k, and Pods landing on the Nodes that Slurm chose.
 
-    python -m cluster.demo            # brings the cluster up, runs the story, leaves it running
-    python -m cluster.demo --reuse    # on a cluster that is already up
+    python -m cluster.demo              # brings the cluster up, runs the story, leaves it running
+    python -m cluster.demo --reuse      # on a cluster that is already up
+    python -m cluster.demo --in-cluster # slurmgate as Pods from its image on a real Node
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from cluster import bridge, local, slurm_release
+from cluster import bridge, incluster, local, slurm_release
 from cluster.kube import wait_for
+from cluster.realnode import NodeSpec
 from slurmgate import contract
 
 REPO = Path(__file__).resolve().parent.parent
@@ -152,18 +154,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m cluster.demo")
     ap.add_argument("--reuse", action="store_true", help="use the cluster that is already up")
     ap.add_argument("--dir", type=Path, default=local.DEFAULT_RUN_DIR)
+    ap.add_argument("--in-cluster", action="store_true",
+                    help="run the webhook and binder as Pods (the image `make image` builds) on "
+                         "a real Node (containerd + kubelet), deployed with kubectl apply -k")
     a = ap.parse_args()
     t0 = time.monotonic()
     print(f"==> Starting a local Slurm {slurm_release.release().version} (slurmctld, "
           "4 slurmd, slurmrestd) and a Kubernetes control plane (etcd, kube-apiserver, "
           "kube-scheduler, kube-controller-manager, kwok); SLURM_VERSION=22.05|24.11|26.05 "
           "picks another")
-    lc = local.load(a.dir) if a.reuse else local.up(a.dir, nodes=4)
+    # in-cluster: one real Node more, for slurmgate's own Pods (never a Slurm node's Node)
+    real = [NodeSpec("real-1", labels={incluster.ROLE_LABEL: "slurmgate"})] if a.in_cluster \
+        else []
+    lc = local.load(a.dir) if a.reuse else local.up(a.dir, nodes=4, real_nodes=real)
     print(f"    up in {time.monotonic() - t0:.1f}s")
-    print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local, then the webhook "
-          "and the binder as local processes")
     bridge.down(a.dir)
-    bridge.up(lc)
+    if a.in_cluster:
+        print("==> Deploying slurmgate as a user would: make image, Secrets, kubectl apply -k "
+              "kustomize/overlays/local-incluster (two replicas on the real Node real-1)")
+        incluster.up(lc)
+        Story(lc, sys.stdout).show("kubectl", "get", "pods", "-n", incluster.NAMESPACE, "-o",
+                                   "wide")
+    else:
+        print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local, then the "
+              "webhook and the binder as local processes")
+        bridge.up(lc)
     run(lc)
     print(f"\nThe cluster keeps running. Explore it with:\n  source {a.dir / 'env.sh'}\n"
           f"  kubectl get pods -o wide; squeue; sinfo\nStop it with: make cluster-down")
