@@ -1,6 +1,7 @@
 """Deploy slurmgate onto the local cluster the way a user would, with the processes on the host.
 
-    python -m cluster.bridge up     # certs, kubectl apply -k kustomize/overlays/local, processes
+    python -m cluster.bridge up     # certs, kubectl apply -k of overlays/local (+ its run-time
+                                    # caBundle and URL, overlays/local-run), processes
     python -m cluster.bridge down
 
 The webhook and binder authenticate as the slurmgate ServiceAccount (a token from the
@@ -22,11 +23,14 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+import yaml
+
 from cluster import kube
 from cluster.local import DEFAULT_RUN_DIR, PORT_OFFSET, Local, kubectl, load
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "slurmgate-system"
+LOCAL_OVERLAY = "local"  # kustomize/overlays/local: git's, renders without the caBundle
 WEBHOOK_PORT = 9443 + PORT_OFFSET
 BINDER_PORT = 9480 + PORT_OFFSET
 # Binder replicas by process name: the first one's port is the one the tests read metrics from
@@ -48,8 +52,9 @@ def _python() -> str:
 
 
 def make_certs(run_dir: Path) -> Path:
-    """Certs into run_dir/certs; the local overlay, with its generated caBundle patch, into a
-    copy of kustomize/ under run_dir (so clusters of one checkout never share generated/)."""
+    """Certs into run_dir/certs, and kustomize/ copied under run_dir (so clusters of one
+    checkout never share what is generated) with overlays/local-run in it: overlays/local plus
+    this cluster's caBundle and webhook URL (its port offset), what `up` applies."""
     certs = run_dir / "certs"
     shutil.rmtree(run_dir / "kustomize", ignore_errors=True)
     shutil.copytree(REPO / "kustomize", run_dir / "kustomize",
@@ -58,16 +63,23 @@ def make_certs(run_dir: Path) -> Path:
                     "--namespace", NAMESPACE, "--service", "slurmgate-webhook",
                     "--ip", "127.0.0.1", "--ca-bundle-out", str(certs / "ca-bundle.b64")],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    out = overlay(run_dir)
+    out.mkdir(parents=True)
     subprocess.run([_python(), "-m", "slurmgate.certs", "webhook-patch",
                     "--ca-bundle-file", str(certs / "ca-bundle.b64"),
                     "--url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate",
-                    "--out", str(overlay(run_dir) / "generated" / "webhook-patch.yaml")],
+                    "--out", str(out / "webhook-patch.yaml")],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    (out / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../{LOCAL_OVERLAY}"], "patches": [{"path": "webhook-patch.yaml"}],
+    }, sort_keys=False))
     return certs
 
 
 def overlay(run_dir: Path) -> Path:
-    return run_dir / "kustomize" / "overlays" / "local"
+    """The overlay `up` applies (made by make_certs): overlays/local-run of run_dir's copy."""
+    return run_dir / "kustomize" / "overlays" / f"{LOCAL_OVERLAY}-run"
 
 
 def sa_kubeconfig(local: Local, path: Path) -> None:

@@ -176,8 +176,8 @@ def main() -> None:
         Story(lc, sys.stdout).show("kubectl", "get", "pods", "-n", incluster.NAMESPACE, "-o",
                                    "wide")
     else:
-        print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local, then the "
-              "webhook and the binder as local processes")
+        print("==> Deploying slurmgate: kubectl apply -k kustomize/overlays/local (with this "
+              "cluster's caBundle), then the webhook and the binder as local processes")
         bridge.up(lc)
     run(lc)
     print(f"\nThe cluster keeps running. Explore it with:\n  source {a.dir / 'env.sh'}\n"

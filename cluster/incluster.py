@@ -111,7 +111,8 @@ def _run_overlay(local: Local, run_dir: Path, image: str, node_ip: str,
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [f"../{OVERLAY}"],
-        "images": [{"name": "ghcr.io/slurmgate/slurmgate", "newName": name, "newTag": tag}],
+        # local-incluster already names the image localhost/slurmgate/slurmgate
+        "images": [{"name": "localhost/slurmgate/slurmgate", "newName": name, "newTag": tag}],
         "patches": [
             {"target": {"kind": "ConfigMap", "name": "slurmgate-config"},
              "patch": yaml.safe_dump([{"op": "add", "path": f"/data/{k}", "value": v}

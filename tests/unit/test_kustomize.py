@@ -1,10 +1,11 @@
 """`kubectl kustomize` renders the base, its components and every overlay as intended; the
 Containerfile builds the image the Deployment runs.
 
-Only overlays/local needs git-ignored generated/ files; they are made with the real CLI in a
-temporary copy of kustomize/, so the checkout stays clean. Every other overlay renders as it
-is in git (cert-manager issues their certificate in the cluster), which the tests prove on
-copies without any generated/ dir.
+Every overlay renders as it is in git, which the tests prove on a copy of exactly what git
+holds (no git-ignored generated/ file). What is per cluster is an overlay made at run time on
+top of one in git, in a temporary copy of kustomize/, by the real code: `make certs` and
+cluster/bridge.py's make_certs() (overlays/local-run: the caBundle, and the webhook URL with the
+port offset), cluster/incluster.py's _run_overlay() (overlays/local-incluster-run).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
 
+from cluster import bridge, incluster
+from cluster.local import Local
 from slurmgate import contract, tenancy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +34,7 @@ NS = "slurmgate-system"
 LOCAL_URL = "https://127.0.0.1:9443/mutate"
 BASES = ["base", "base/core", "base/webhook-config", "base/deployment"]
 OVERLAYS = sorted(p.name for p in (KUSTOMIZE / "overlays").iterdir() if p.is_dir())
-NEEDS_GENERATED = {"local"}  # the host-process dev cluster: its caBundle is made by `make certs`
+RUN_WEBHOOK_PORT = 9443 + 37  # a port offset, as SLURMGATE_PORT_OFFSET=37 gives bridge.py
 CERT_MANAGER = "components/cert-manager"
 WEBHOOK_TLS = "slurmgate-webhook-tls"  # the Secret the Deployment mounts
 IMAGE = "ghcr.io/slurmgate/slurmgate"  # the name the base's Deployment uses
@@ -38,17 +42,25 @@ IMAGE = "ghcr.io/slurmgate/slurmgate"  # the name the base's Deployment uses
 Doc = dict[str, Any]
 
 
-def _kustomization(target: str) -> Doc:
-    doc: Doc = yaml.safe_load((KUSTOMIZE / target / "kustomization.yaml").read_text())
+def _kustomization_at(path: Path) -> Doc:
+    doc: Doc = yaml.safe_load((path / "kustomization.yaml").read_text())
     return doc
+
+
+def _kustomization(target: str) -> Doc:
+    return _kustomization_at(KUSTOMIZE / target)
 
 
 # the overlays that take their certificate from cert-manager (and run the Deployment)
 CERT_MANAGER_OVERLAYS = [f"overlays/{o}" for o in OVERLAYS
                          if f"../../{CERT_MANAGER}" in (_kustomization(f"overlays/{o}")
                                                        .get("components") or [])]
-# everything that deploys the webhook + binder in-cluster
-IN_CLUSTER = ["base", *CERT_MANAGER_OVERLAYS]
+# everything that deploys the webhook + binder in-cluster (the whole base)
+IN_CLUSTER = ["base", *(f"overlays/{o}" for o in OVERLAYS
+                        if "../../base" in _kustomization(f"overlays/{o}")["resources"])]
+INCLUSTER = "overlays/local-incluster"
+LOCAL_IMAGE = "localhost/slurmgate/slurmgate"  # what `make image` builds (mk/image.mk)
+PUSH_TOKEN_DIR = "/etc/slurmgate/push-token"
 
 # (kind, namespace, apiGroup, resource, resourceName or "", verb): the whole grant.
 EXPECTED_RBAC = {
@@ -70,11 +82,6 @@ EXPECTED_RBAC = {
 }
 
 
-def _cli(*argv: str) -> None:
-    subprocess.run([sys.executable, "-m", "slurmgate.certs", *argv], cwd=ROOT, check=True,
-                   capture_output=True)
-
-
 def _kubectl_kustomize(path: Path) -> subprocess.CompletedProcess[str]:
     if shutil.which("kubectl") is None:
         pytest.skip("needs kubectl")
@@ -82,23 +89,41 @@ def _kubectl_kustomize(path: Path) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def _copy_without_generated(dst: Path) -> Path:
-    shutil.copytree(KUSTOMIZE, dst, ignore=shutil.ignore_patterns("generated"))
+def _in_git() -> list[Path]:
+    """kustomize/'s files as a fresh clone has them once the work tree is committed: tracked
+    or untracked, never git-ignored (generated/). Without git: all but generated/ dirs."""
+    res = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                          "--", "kustomize"], cwd=ROOT, capture_output=True, check=False)
+    if res.returncode != 0:
+        return [p.relative_to(KUSTOMIZE) for p in KUSTOMIZE.rglob("*")
+                if p.is_file() and "generated" not in p.relative_to(KUSTOMIZE).parts]
+    return [Path(f).relative_to("kustomize") for f in res.stdout.decode().split("\0")
+            if f and (ROOT / f).is_file()]  # (a file deleted but not yet committed: gone)
+
+
+def _copy_as_in_git(dst: Path) -> Path:
+    for rel in _in_git():
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(KUSTOMIZE / rel, dst / rel)
     assert not list(dst.rglob("generated"))
     return dst
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of kustomize/ with overlays/local/generated/ made, and no other generated/."""
-    tmp = tmp_path_factory.mktemp("kustomize")
-    dst = _copy_without_generated(tmp / "kustomize")
-    certs = tmp / "certs"
-    _cli("webhook", "--out", str(certs), "--ip", "127.0.0.1",
-         "--ca-bundle-out", str(certs / "ca-bundle.b64"))
-    _cli("webhook-patch", "--ca-bundle-file", str(certs / "ca-bundle.b64"), "--url", LOCAL_URL,
-         "--out", str(dst / "overlays/local/generated/webhook-patch.yaml"))
-    return dst
+    """A copy of kustomize/ as git holds it: nothing generated."""
+    return _copy_as_in_git(tmp_path_factory.mktemp("kustomize") / "kustomize")
+
+
+@pytest.fixture(scope="module")
+def bridge_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run dir cluster/bridge.py's make_certs() makes (certs, its copy of kustomize/ with
+    overlays/local-run), its webhook port offset as SLURMGATE_PORT_OFFSET=37 gives it."""
+    run_dir = tmp_path_factory.mktemp("bridge")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bridge, "WEBHOOK_PORT", RUN_WEBHOOK_PORT)
+        bridge.make_certs(run_dir)
+    return run_dir
 
 
 def _docs(res: subprocess.CompletedProcess[str]) -> list[Doc]:
@@ -155,20 +180,24 @@ def test_overlays_exist() -> None:
     assert {"overlays/kind", "overlays/cert-manager"} <= set(CERT_MANAGER_OVERLAYS)
 
 
-def test_tree_has_generated_only_for_local(tree: Path) -> None:
-    """So every render of another overlay from `tree` is one without generated files."""
-    made = {p.relative_to(tree) for p in tree.rglob("generated")}
-    assert made == {Path(f"overlays/{o}/generated") for o in NEEDS_GENERATED}
+def test_tree_is_what_git_holds(tree: Path) -> None:
+    """So every render from `tree` is one without generated files, as on a fresh clone."""
+    assert not list(tree.rglob("generated"))
+    assert {p.name for p in (tree / "overlays").iterdir()} == set(OVERLAYS)
+    assert (tree / "overlays/local/kustomization.yaml").is_file()
 
 
-@pytest.mark.parametrize("overlay", sorted(set(OVERLAYS) - NEEDS_GENERATED))
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_renders_without_generated_files(tmp_path: Path, overlay: str) -> None:
-    """kind and cert-manager render out of the box, from what git holds (no generated/)."""
-    copy = _copy_without_generated(tmp_path / "k")
+    """Every overlay renders out of the box, from what git holds (no generated/), and carries
+    nothing per cluster: no caBundle (cert-manager injects it, or a run-time overlay adds it)."""
+    copy = _copy_as_in_git(tmp_path / "k")
     text = (copy / "overlays" / overlay / "kustomization.yaml").read_text()
     assert "generated/" not in text.split("apiVersion:", 1)[1]  # comments aside
     docs = _docs(_kubectl_kustomize(copy / "overlays" / overlay))
-    assert one(docs, "Deployment") and not by_kind(docs, "Secret")
+    assert not by_kind(docs, "Secret")
+    assert "caBundle" not in _webhook(docs)["clientConfig"]
+    assert bool(by_kind(docs, "Deployment")) == (f"overlays/{overlay}" in IN_CLUSTER)
 
 
 def _webhook(docs: list[Doc]) -> Doc:
@@ -201,14 +230,63 @@ def test_webhook_client_config(tree: Path) -> None:
     service = {"name": "slurmgate-webhook", "namespace": NS, "path": "/mutate", "port": 443}
     assert _webhook(render(tree, "base"))["clientConfig"] == {"service": service}
 
-    local = _webhook(render(tree, "overlays/local"))["clientConfig"]
-    assert set(local) == {"url", "caBundle"} and local["url"] == LOCAL_URL
-    ca = (tree.parent / "certs" / "ca.crt").read_bytes()
-    assert base64.b64decode(local["caBundle"]) == ca
+    # the host's webhook process; its caBundle is per cluster (overlays/local-run)
+    assert _webhook(render(tree, "overlays/local"))["clientConfig"] == {"url": LOCAL_URL}
 
-    # cert-manager's cainjector fills in the caBundle in the cluster
-    for target in CERT_MANAGER_OVERLAYS:
+    # cert-manager's cainjector fills in the caBundle in the cluster; local-incluster's comes
+    # from its run-time overlay (test_incluster_run_overlay)
+    for target in [*CERT_MANAGER_OVERLAYS, INCLUSTER]:
         assert _webhook(render(tree, target))["clientConfig"] == {"service": service}, target
+
+
+def test_bridge_applies_local_run_overlay(bridge_run: Path) -> None:
+    """What bridge.up applies: overlays/local-run of make_certs's copy, i.e. overlays/local with
+    this cluster's caBundle and the webhook URL on its offset port."""
+    run = bridge.overlay(bridge_run)
+    assert run == bridge_run / "kustomize/overlays/local-run"
+    assert _kustomization_at(run)["resources"] == ["../local"]
+    assert not list((bridge_run / "kustomize").rglob("generated"))
+    client = _webhook(_docs(_kubectl_kustomize(run)))["clientConfig"]
+    assert set(client) == {"url", "caBundle"}
+    assert client["url"] == f"https://127.0.0.1:{RUN_WEBHOOK_PORT}/mutate"
+    assert base64.b64decode(client["caBundle"]) == (bridge_run / "certs/ca.crt").read_bytes()
+
+
+def test_local_run_overlay_changes_only_the_client_config(tree: Path, bridge_run: Path) -> None:
+    def strip(docs: list[Doc]) -> list[Doc]:
+        for d in docs:
+            if d["kind"] == "MutatingWebhookConfiguration":
+                for hook in d["webhooks"]:
+                    hook.pop("clientConfig")
+        return docs
+
+    local = render(tree, "overlays/local")
+    run = _docs(_kubectl_kustomize(bridge.overlay(bridge_run)))
+    assert _webhook(run)["clientConfig"] != _webhook(local)["clientConfig"]
+    assert strip(run) == strip(local)
+
+
+def test_make_certs_renders_local_with_the_ca_bundle(tmp_path: Path) -> None:
+    """`make certs` + `make render-local`: the complete local config, with the caBundle, made
+    in RUN_DIR; nothing is written into the checkout."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    _kubectl_kustomize(KUSTOMIZE)  # skips without kubectl
+    before = sorted(KUSTOMIZE.rglob("*"))
+    res = subprocess.run(["make", "-s", "--no-print-directory", "render-local",
+                          f"RUN_DIR={tmp_path}", f"PYTHON={sys.executable}", "KUBECTL=kubectl"],
+                         cwd=ROOT, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert sorted(KUSTOMIZE.rglob("*")) == before
+    # the certificate CLI's report, then the rendered YAML
+    docs = [d for d in yaml.safe_load_all(res.stdout[res.stdout.index("apiVersion:"):]) if d]
+    client = _webhook(docs)["clientConfig"]
+    assert client == {"url": LOCAL_URL, "caBundle": client["caBundle"]}
+    assert base64.b64decode(client["caBundle"]) == (tmp_path / "certs/ca.crt").read_bytes()
+    run = tmp_path / "kustomize/overlays/local-run"
+    assert _kustomization_at(run)["resources"] == ["../local"]
+    assert _docs(_kubectl_kustomize(run)) == docs
+    assert not list((tmp_path / "kustomize").rglob("generated"))
 
 
 @pytest.mark.parametrize("target", CERT_MANAGER_OVERLAYS)
@@ -283,9 +361,13 @@ def test_local_has_no_workload(tree: Path) -> None:
                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
 
 
-def test_local_needs_generated(tmp_path: Path) -> None:
-    res = _kubectl_kustomize(_copy_without_generated(tmp_path / "k") / "overlays/local")
-    assert res.returncode != 0 and "webhook-patch.yaml" in res.stderr
+def test_local_webhook_url_is_the_bridge_default() -> None:
+    """overlays/local's committed URL is the port the host's webhook listens on without an
+    offset (bridge.py), the one `make certs` patches in (LOCAL_WEBHOOK_URL)."""
+    assert LOCAL_URL == "https://127.0.0.1:9443/mutate"
+    assert bridge.WEBHOOK_PORT - bridge.PORT_OFFSET == 9443
+    mk = (ROOT / "mk/deploy.mk").read_text()
+    assert re.search(rf"^LOCAL_WEBHOOK_URL \?= {re.escape(LOCAL_URL)}$", mk, flags=re.M)
 
 
 def test_config_map(tree: Path) -> None:
@@ -363,7 +445,9 @@ def test_deployment(tree: Path, target: str) -> None:
             assert c[probe]["httpGet"]["path"] == path
         assert c["image"] == _configured_image(target)
         if target == "overlays/kind":  # loaded into the kind nodes, never pulled
-            assert c["image"] == "localhost/slurmgate/slurmgate:dev"
+            assert c["image"] == f"{LOCAL_IMAGE}:dev"
+            assert c["imagePullPolicy"] == "Never"
+        elif target == INCLUSTER:  # imported into the real Node's containerd (test_incluster_*)
             assert c["imagePullPolicy"] == "Never"
         else:
             assert c["imagePullPolicy"] == "IfNotPresent"
@@ -400,6 +484,131 @@ def test_deployment(tree: Path, target: str) -> None:
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert pdb["spec"]["minAvailable"] == 1
+
+
+def _base_tag() -> str:
+    (entry,) = _kustomization("base/deployment")["images"]
+    return str(entry["newTag"])
+
+
+def _containers(docs: list[Doc]) -> dict[str, Doc]:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def _config(docs: list[Doc], name: str = "slurmgate-config") -> dict[str, str]:
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == name]
+    data: dict[str, str] = cm["data"]
+    return data
+
+
+def test_incluster_runs_the_local_image_on_its_node(tree: Path) -> None:
+    """overlays/local-incluster: the image `make image` builds, tagged as the release (the
+    base's tag), imported into the Node and never pulled; on the real Node that is not a Slurm
+    node."""
+    docs = render(tree, INCLUSTER)
+    assert _base_tag() == tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["project"]["version"]
+    containers = _containers(docs)
+    assert set(containers) == {"webhook", "binder"}
+    for c in containers.values():
+        assert c["image"] == f"{LOCAL_IMAGE}:{_base_tag()}"
+        assert c["imagePullPolicy"] == "Never"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {incluster.ROLE_LABEL: "slurmgate"}
+    assert incluster.ROLE_LABEL == "slurmgate.io/local-role"
+
+
+@pytest.mark.parametrize("target", IN_CLUSTER)
+def test_push_token_secret_is_optional_and_binder_only(tree: Path, target: str) -> None:
+    docs = render(tree, target)
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]
+               ["volumes"]}
+    (name,) = [n for n, v in volumes.items()
+               if (v.get("secret") or {}).get("secretName") == "slurmgate-push-token"]
+    assert volumes[name]["secret"]["optional"] is True
+    containers = _containers(docs)
+    mounts = {c: {m["name"]: m["mountPath"] for m in containers[c]["volumeMounts"]}
+              for c in containers}
+    assert mounts["binder"][name] == PUSH_TOKEN_DIR
+    assert name not in mounts["webhook"]
+    assert PUSH_TOKEN_DIR not in mounts["webhook"].values()
+
+
+def test_push_token_file_set_only_in_incluster(tree: Path) -> None:
+    """The base turns the push endpoint off (""); local-incluster points it at the binder's
+    mount of the Secret that cluster/incluster.py creates."""
+    assert _config(render(tree, "base"))["SLURM_PUSH_TOKEN_FILE"] == ""
+    data = _config(render(tree, INCLUSTER))
+    assert data["SLURM_PUSH_TOKEN_FILE"] == f"{PUSH_TOKEN_DIR}/token"
+    assert data["SLURM_USER"] == "root"
+    assert _config(render(tree, "base"))["SLURM_USER"] != "root"
+
+
+def test_incluster_tenancy_is_the_local_one(tree: Path) -> None:
+    """Both local overlays take the local tenancy policy (components/local-tenancy), not the
+    base's example."""
+    component = yaml.safe_load(
+        (KUSTOMIZE / "components/local-tenancy/tenancy-policy.yaml").read_text())["data"]
+    local = _config(render(tree, "overlays/local"), "slurmgate-tenancy")
+    assert local == component
+    assert _config(render(tree, INCLUSTER), "slurmgate-tenancy") == local
+    assert _config(render(tree, "base"), "slurmgate-tenancy") != local
+    assert INCLUSTER.removeprefix("overlays/") == incluster.OVERLAY
+
+
+INCLUSTER_CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nfake\n").decode()
+
+
+def _incluster_run(run_dir: Path, image: str) -> list[Doc]:
+    """cluster/incluster.py's run-time overlay, made in run_dir with a stand-in for the Local
+    (it reads kube.server and slurm.rest_url) and a fake caBundle, rendered."""
+    (run_dir / "certs").mkdir()
+    (run_dir / "certs/ca-bundle.b64").write_text(INCLUSTER_CA_BUNDLE + "\n")
+    local = cast(Local, SimpleNamespace(
+        kube=SimpleNamespace(server="https://127.0.0.1:16443"),
+        slurm=SimpleNamespace(rest_url="http://127.0.0.1:16820")))
+    out = incluster._run_overlay(local, run_dir, image, "10.77.0.2",
+                                 {"BINDER_ORPHAN_GRACE": "10"})
+    assert out == run_dir / "kustomize/overlays/local-incluster-run"  # what down() deletes
+    assert not list((run_dir / "kustomize").rglob("generated"))
+    return _docs(_kubectl_kustomize(out))
+
+
+def test_incluster_run_overlay(tmp_path: Path) -> None:
+    """cluster/incluster.py's run-time overlay on local-incluster: the apiserver at the Node's
+    IP (no kube-proxy), slurmrestd there too, this cluster's caBundle and the image built
+    (here `make image`'s default name:tag)."""
+    image = f"{LOCAL_IMAGE}:{_base_tag()}"
+    docs = _incluster_run(tmp_path, image)
+
+    api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.77.0.2"},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": "16443"}]
+    containers = _containers(docs)
+    assert containers["webhook"]["env"] == api_env
+    assert containers["binder"]["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *api_env]
+    for c in containers.values():
+        assert c["image"] == image and c["imagePullPolicy"] == "Never"
+
+    data = _config(docs)
+    assert data["SLURMREST_URL"] == "http://10.77.0.2:16820"
+    assert data["BINDER_ORPHAN_GRACE"] == "10"
+    assert data["SLURM_PUSH_TOKEN_FILE"] == f"{PUSH_TOKEN_DIR}/token"  # the overlay's, kept
+    client = _webhook(docs)["clientConfig"]
+    assert client["caBundle"] == INCLUSTER_CA_BUNDLE
+    assert client["service"]["name"] == "slurmgate-webhook"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {incluster.ROLE_LABEL: "slurmgate"}
+    assert not by_kind(docs, "Secret")
+
+
+def test_incluster_run_overlay_sets_any_image(tmp_path: Path) -> None:
+    """`make image IMAGE_TAG=...` (or IMAGE_NAME=...): the Pods run the image built."""
+    image = "localhost/slurmgate/other:0.1.0-abc123"
+    for c in _containers(_incluster_run(tmp_path, image)).values():
+        assert c["image"] == image
 
 
 def test_no_secret_values_anywhere(tree: Path) -> None:
