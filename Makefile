@@ -86,9 +86,12 @@ test-matrix: deps lint typecheck
 # slurmgate as a user deploys it: its image (make image) on real Nodes (containerd + kubelet),
 # `kubectl apply -k kustomize/overlays/local-incluster`, a marked Pod really running where Slurm
 # placed it, leader handover between the binder Pods (tests/e2e/test_incluster.py,
-# test_real_node.py). Each module starts its own cluster.
+# test_real_node.py; each module starts its own cluster); then the e2e suite against that
+# deployment (SLURMGATE_E2E_DEPLOY=incluster; tests marked hostprocs skip there).
 test-incluster: deps
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m incluster tests/e2e $(PYTEST_ARGS)
+	SLURMGATE_E2E_DEPLOY=incluster $(PYTHON) -m pytest -q -p no:cacheprovider -rs tests/e2e \
+	  $(PYTEST_ARGS)
 
 # Re-record the real slurmrestd answers the unit tests replay (every release in $(MATRIX)).
 record-fixtures: deps

@@ -15,7 +15,7 @@ from slurmgate import logs
 from slurmgate.binder import config, metrics, push
 from slurmgate.binder.config import BinderConfig
 from slurmgate.binder.controller import Controller
-from slurmgate.binder.leader import LeaderElector
+from slurmgate.binder.leader import LeaderElector, label_own_pod
 from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
@@ -81,8 +81,10 @@ async def run(cfg: BinderConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     async def lead() -> None:
+        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=False)
         await elector.acquire()
         metrics.LEADER.set(1)
+        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=True)
         work = asyncio.create_task(binder.run())
         keep = asyncio.create_task(elector.keep())
         done, _ = await asyncio.wait({work, keep}, return_when=asyncio.FIRST_COMPLETED)
@@ -106,6 +108,9 @@ async def run(cfg: BinderConfig) -> int:
     leading.cancel()
     stopping.cancel()
     watching.cancel()
+    if elector.is_leader or code:
+        # the push Service must stop sending here before the next leader labels its Pod
+        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=False)
     metrics.LEADER.set(0)
     await runner.cleanup()
     await slurm.close()

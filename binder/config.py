@@ -44,6 +44,8 @@ class LeaseSettings:
     name: str = "slurmgate-binder"
     seconds: int = 15  # already floored to MIN_LEASE_SECONDS
     identity: str | None = None  # POD_NAME; None: the elector makes one up (host + random)
+    # POD_NAMESPACE: with POD_NAME, the Pod that carries contract.LEADER_LABEL while it leads
+    pod_namespace: str | None = None
 
     @property
     def renew_seconds(self) -> float:
@@ -107,6 +109,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
             name=a.lease_name,
             seconds=max(MIN_LEASE_SECONDS, a.lease_seconds),
             identity=env_optional(env, "POD_NAME"),
+            pod_namespace=env_optional(env, "POD_NAMESPACE"),
         ),
         health_listen=a.health_listen,
         push_token_file=env_optional(env, "SLURM_PUSH_TOKEN_FILE"),

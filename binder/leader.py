@@ -8,6 +8,7 @@ import logging
 import socket
 import uuid
 
+from slurmgate import contract
 from slurmgate.kube import KubeClient, KubeError
 from slurmgate.logs import kv
 
@@ -106,3 +107,19 @@ class LeaderElector:
                 log.error("lease not renewed in time; stepping down")
                 self.is_leader = False
                 return
+
+
+async def label_own_pod(kube: KubeClient, namespace: str | None, pod: str | None,
+                        leading: bool) -> None:
+    """Put contract.LEADER_LABEL on this replica's Pod while it leads, take it off otherwise
+    (at start too: a container restarted in a Pod that led keeps the Pod's labels). It only
+    steers the push Service, which polling backs up, so a failure is logged, never fatal.
+    Outside a Pod (no POD_NAME/POD_NAMESPACE) there is nothing to label."""
+    if not (namespace and pod):
+        return
+    try:
+        await kube.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{pod}", {
+            "metadata": {"labels": {contract.LEADER_LABEL: "true" if leading else None}}})
+    except Exception as e:
+        log.warning("could not label the binder's Pod", extra=kv(
+            pod=f"{namespace}/{pod}", leading=leading, error=str(e)))

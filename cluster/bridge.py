@@ -178,6 +178,19 @@ def stop_processes(b: Bridge, which: tuple[str, ...] = ("webhook", *BINDERS)) ->
     _save(b)
 
 
+def local_settings() -> dict[str, str]:
+    """What the local cluster tunes, whether slurmgate runs as host processes or as Pods (the
+    in-cluster mode puts these in its ConfigMap)."""
+    return {
+        "DEFAULT_PARTITION": "k8s",
+        "LEASE_DURATION_SECONDS": os.environ.get("SLURMGATE_LEASE_SECONDS", "15"),
+        # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
+        "BINDER_ORPHAN_GRACE": "10",
+        "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
+        "BINDER_GPU_GRACE": "8",  # test_gpus waits for a job given back from a short Node
+    }
+
+
 def up(local: Local | None = None, fail_open: bool = False, binders: int = 1) -> Bridge:
     """`binders`: how many binder replicas (one leads, the others stand by)."""
     local = local or load()
@@ -197,16 +210,11 @@ def up(local: Local | None = None, fail_open: bool = False, binders: int = 1) ->
         "SLURM_JWT_FILE": str(local.slurm.token_file),
         "SLURM_USER": "root",
         "FAIL_OPEN": "true" if fail_open else "false",
-        "DEFAULT_PARTITION": "k8s",
         # the overlay's policy: teams a and b, every other namespace as root (as before)
         "TENANCY_CONFIGMAP": f"{NAMESPACE}/slurmgate-tenancy",
         "LEASE_NAMESPACE": NAMESPACE,
-        "LEASE_DURATION_SECONDS": os.environ.get("SLURMGATE_LEASE_SECONDS", "15"),
         "PYTHONUNBUFFERED": "1",
-        # admission -> Pod persisted takes milliseconds here; keep orphan cleanup quick
-        "BINDER_ORPHAN_GRACE": "10",
-        "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
-        "BINDER_GPU_GRACE": "8",  # test_gpus waits for a job given back from a short Node
+        **local_settings(),
     }
     replicas = BINDERS[:binders]
     b.env["SLURM_PUSH_TOKEN_FILE"] = str(push_hook(local, run_dir, replicas))

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from cluster import kube, realnode
+from cluster import bridge, kube, realnode
 from cluster.local import DEFAULT_RUN_DIR, Local, kubectl, load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,17 +180,50 @@ def leader(local: Local) -> str | None:
     return holder if holder in pod_names(local) else None
 
 
-def point_push_hook(local: Local, token: str | None = None) -> list[str]:
-    """slurmctld's hook tells every binder Pod (the standby ignores it): their Pod IPs, which
-    the host reaches over the Node's bridge. Rewritten when the Pods change."""
+def push_endpoints(local: Local) -> list[str]:
+    """What the Service slurmgate-binder sends to: the Pod the leading binder labelled, by its
+    EndpointSlices (kube-controller-manager keeps them; Ready addresses only)."""
+    out = kubectl(local.kube, "-n", NAMESPACE, "get", "endpointslices", "-l",
+                  "kubernetes.io/service-name=slurmgate-binder", "-o", "json")
+    return sorted(a for s in json.loads(out.stdout)["items"] for e in s.get("endpoints") or []
+                  if (e.get("conditions") or {}).get("ready") for a in e["addresses"])
+
+
+def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.0) -> list[str]:
+    """slurmctld's hook tells the leading binder: the Service slurmgate-binder's one endpoint.
+    The host has no kube-proxy to reach the Service's ClusterIP, so the hook is given the Pod
+    IP behind it (the host reaches the Node's bridge); rewritten after a handover."""
     conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
     conf.mkdir(parents=True, exist_ok=True)
     if token is not None:
         (conf / "token").write_text(token + "\n")
         (conf / "token").chmod(0o600)
-    ips = [p["status"]["podIP"] for p in pods(local) if (p.get("status") or {}).get("podIP")]
+    ips: list[str] = []
+
+    def one_leader() -> bool:
+        nonlocal ips
+        ips = push_endpoints(local)
+        return len(ips) == 1
+
+    kube.wait_for("the push Service at the leading binder alone", one_leader, timeout)
     (conf / "endpoint").write_text("".join(f"{ip}:{BINDER_PORT}\n" for ip in ips))
     return ips
+
+
+def as_bridge(local: Local, ic: InCluster) -> bridge.Bridge:
+    """The in-cluster deployment in the shape the e2e suite reads of the host-process one: the
+    ServiceAccount's kubeconfig, the webhook at a Pod's IP, the leading binder's /metrics and
+    push endpoint at its Pod IP (the host reaches the Node's bridge). No PIDs: tests that drive
+    the host processes do not run in this mode."""
+    run_dir = Path(ic.run_dir)
+    sa_kc = run_dir / "slurmgate.kubeconfig"
+    bridge.sa_kubeconfig(local, sa_kc)
+    by_name = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods(local)}
+    holder = leader(local)
+    if holder is None or holder not in by_name:
+        raise RuntimeError("no binder Pod leads")
+    return bridge.Bridge(str(run_dir), str(sa_kc), f"https://{by_name[holder]}:8443",
+                         f"http://{by_name[holder]}:{BINDER_PORT}", env=dict(ic.settings))
 
 
 def _save(ic: InCluster) -> None:

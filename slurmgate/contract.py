@@ -112,6 +112,9 @@ TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
 # kustomize/base/webhook-config): anything else tolerating it could preempt them. Node
 # infrastructure (slurmd, DaemonSets) runs in namespaces the operator labels with this.
 INFRA_NAMESPACE_LABEL = f"{DOMAIN}/node-infrastructure"
+# On the binder Pod that holds the Lease, and only there: the Service slurmgate-binder selects
+# it, so slurmctld's push hook reaches the leader and never the standby.
+LEADER_LABEL = f"{DOMAIN}/binder-leader"
 # Prefix of the Slurm drain reason we set on cordon; resume touches only nodes with it.
 DRAIN_REASON_PREFIX = "slurmgate: cordoned"
 

@@ -2,6 +2,9 @@
 
 SLURMGATE_REUSE_CLUSTER=1 keeps a cluster that `make cluster-up` started (faster iteration);
 otherwise the session starts its own and stops every daemon by PID at the end.
+SLURMGATE_E2E_DEPLOY=incluster runs the suite against slurmgate deployed in-cluster (its image,
+`kubectl apply -k` of overlays/local-incluster, Pods on a real Node) instead of host processes;
+tests marked `hostprocs` (they kill, restart or reconfigure the host processes) skip there.
 `restore` (with restart()) puts back what a fault test (test_faults_*.py) killed or reconfigured.
 """
 
@@ -19,15 +22,28 @@ from typing import Any, TypeVar
 import pytest
 
 from cluster import bridge as bridge_mod
+from cluster import incluster, slurm_faults
 from cluster import kube as kube_mod
 from cluster import local as local_mod
 from cluster import proc as proc_mod
 from cluster import slurm as slurm_mod
-from cluster import slurm_faults
+from cluster.realnode import NodeSpec
 
 T = TypeVar("T")
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
 REUSE = os.environ.get("SLURMGATE_REUSE_CLUSTER") == "1"
+IN_CLUSTER = os.environ.get("SLURMGATE_E2E_DEPLOY", "processes") == "incluster"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not IN_CLUSTER:
+        return
+    skip = pytest.mark.skip(reason="drives slurmgate's host processes (kill, restart, env, log "
+                                   "files); in-cluster they are Pods (test_incluster.py kills "
+                                   "the leading binder Pod)")
+    for item in items:
+        if "hostprocs" in item.keywords:
+            item.add_marker(skip)
 
 
 def wait_until(what: str, fn: Callable[[], T], timeout: float = 30.0,
@@ -89,6 +105,20 @@ def _during(line: str, since: float) -> bool:
         return False
 
 
+def _component_log(component: str) -> list[str]:
+    """A component's log lines: its file, or in-cluster every Pod's container log."""
+    if not IN_CLUSTER:
+        return (RUN_DIR / "bridge" / "log" / f"{component}.log").read_text(
+            errors="replace").splitlines()
+    kc = local_mod.load(RUN_DIR).kube.kubeconfig
+    p = subprocess.run(["kubectl", f"--kubeconfig={kc}", "logs", "-n", incluster.NAMESPACE,
+                        "-l", incluster.SELECTOR, "-c", component, "--tail=-1",
+                        "--prefix=false"], text=True, capture_output=True, timeout=30)
+    if p.returncode != 0:
+        raise OSError(p.stderr.strip())
+    return p.stdout.splitlines()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed e2e test's report carries what slurmgate and Slurm said meanwhile: the webhook and
@@ -101,9 +131,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     funcargs = getattr(item, "funcargs", {})
     name = funcargs.get("ns")
     for component in ("binder", "webhook"):
-        log = RUN_DIR / "bridge" / "log" / f"{component}.log"
         try:
-            lines = log.read_text(errors="replace").splitlines()
+            lines = _component_log(component)
         except OSError:
             continue
         if name:
@@ -126,7 +155,10 @@ def local() -> Iterator[local_mod.Local]:
     if REUSE:
         yield local_mod.load(RUN_DIR)
         return
-    lc = local_mod.up(RUN_DIR, nodes=4)
+    # in-cluster: one real Node more, for slurmgate's own Pods (never a Slurm node's Node)
+    real = [NodeSpec("real-1", labels={incluster.ROLE_LABEL: "slurmgate"})] if IN_CLUSTER \
+        else []
+    lc = local_mod.up(RUN_DIR, nodes=4, real_nodes=real)
     try:
         yield lc
     finally:
@@ -141,6 +173,13 @@ def admin(local: local_mod.Local) -> Kubectl:
 
 @pytest.fixture(scope="session")
 def bridge(local: local_mod.Local) -> Iterator[bridge_mod.Bridge]:
+    if IN_CLUSTER:
+        ic = incluster.up(local, settings=bridge_mod.local_settings())
+        try:
+            yield incluster.as_bridge(local, ic)
+        finally:
+            incluster.down(local)
+        return
     bridge_mod.down(RUN_DIR)
     b = bridge_mod.up(local)
     try:

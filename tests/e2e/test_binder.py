@@ -166,6 +166,7 @@ def test_cordon_drains_and_uncordon_resumes(local: Local, admin: Kubectl, bridge
     wait_until("Slurm node resumed", lambda: sinfo()[0] in ("idle", "mix", "alloc"), 20)
 
 
+@pytest.mark.hostprocs
 def test_binder_sigkill_mid_flow_loses_nothing(local: Local, admin: Kubectl, bridge: Bridge,
                                                ns: str) -> None:
     n = len(local.slurm.nodes)
@@ -200,6 +201,7 @@ def _binder_ready(url: str) -> str:
         return r.read().decode()
 
 
+@pytest.mark.hostprocs
 def test_second_replica_stands_by_and_takes_over(local: Local, admin: Kubectl, bridge: Bridge,
                                                  ns: str) -> None:
     port = bridge_mod.BINDER_PORT + 7

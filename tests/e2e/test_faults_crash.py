@@ -34,7 +34,8 @@ from tests.e2e.faultkit import (
     wait_bound,
 )
 
-pytestmark = pytest.mark.e2e
+# they kill and restart the host processes, with crash points and env (`hostprocs`)
+pytestmark = [pytest.mark.e2e, pytest.mark.hostprocs]
 
 
 # --------------------------------------------------------------------------- crash points

@@ -26,7 +26,8 @@ from tests.e2e.faultkit import (
     wait_gated_pending,
 )
 
-pytestmark = pytest.mark.e2e
+# they kill and restart the host processes, with crash points and env (`hostprocs`)
+pytestmark = [pytest.mark.e2e, pytest.mark.hostprocs]
 
 
 def test_kube_apiserver_restarted(local: Local, admin: Kubectl, bridge: Bridge, ns: str,

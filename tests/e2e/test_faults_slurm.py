@@ -41,7 +41,8 @@ from tests.e2e.faultkit import (
 )
 from tests.e2e.watchers import BoundWatch
 
-pytestmark = pytest.mark.e2e
+# they kill and restart the host processes, with crash points and env (`hostprocs`)
+pytestmark = [pytest.mark.e2e, pytest.mark.hostprocs]
 
 
 def _slurm_outage(daemon: str, fail_open: bool, local: Local, admin: Kubectl, bridge: Bridge,

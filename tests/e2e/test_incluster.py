@@ -73,6 +73,13 @@ def test_slurmgate_runs_as_pods_on_the_control_node(cluster: local_mod.Local, ad
                                                     deployed: incluster.InCluster) -> None:
     pods = admin.items("pods", ns=incluster.NAMESPACE, selector=incluster.SELECTOR)
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    # only the leader's Pod is labelled, so the push Service reaches it alone
+    leader = incluster.leader(cluster)
+    labelled = [p["metadata"]["name"] for p in pods
+                if p["metadata"]["labels"].get(contract.LEADER_LABEL) == "true"]
+    assert labelled == [leader]
+    assert incluster.push_endpoints(cluster) == [
+        p["status"]["podIP"] for p in pods if p["metadata"]["name"] == leader]
     for p in pods:
         assert p["spec"]["nodeName"] == CONTROL
         statuses = {c["name"]: c for c in p["status"]["containerStatuses"]}
@@ -137,6 +144,10 @@ def test_killing_the_leader_pod_hands_over(cluster: local_mod.Local, admin: Kube
         p for p in incluster.pods(cluster) if all(
             c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [{}])
     ]) == 2, 120)
+    # the push Service follows: the new leader's Pod alone is behind it
+    by_name = {p["metadata"]["name"]: p["status"].get("podIP") for p in incluster.pods(cluster)}
+    wait_until("the push Service at the new leader alone", lambda: incluster.push_endpoints(
+        cluster) == [by_name[new]], 60)
     incluster.point_push_hook(cluster)
     admin.apply(marked("after-handover", deployed.image, SCRIPT), "-n", NS)
     wait_until("after-handover Running on the real Slurm Node", lambda: (

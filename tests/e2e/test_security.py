@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,15 @@ from tests.e2e.conftest import Kubectl, wait_until
 pytestmark = pytest.mark.e2e
 
 
-def _port(bridge: Bridge) -> int:
-    return int(bridge.webhook_url.rsplit(":", 1)[1])
+def _addr(bridge: Bridge) -> tuple[str, int]:
+    """Where the webhook serves: 127.0.0.1 as a host process, a Pod IP in-cluster."""
+    u = urllib.parse.urlsplit(bridge.webhook_url)
+    assert u.hostname and u.port
+    return u.hostname, u.port
+
+
+# a name the serving certificate carries in both modes (the Service's, as the apiserver uses)
+SERVER_NAME = "slurmgate-webhook.slurmgate-system.svc"
 
 
 def _ca(bridge: Bridge) -> str:
@@ -36,7 +44,7 @@ def served_cert(bridge: Bridge) -> bytes:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", _port(bridge)), timeout=5) as s, \
+    with socket.create_connection(_addr(bridge), timeout=5) as s, \
             ctx.wrap_socket(s) as t:
         der = t.getpeercert(binary_form=True)
     assert der
@@ -44,7 +52,7 @@ def served_cert(bridge: Bridge) -> bytes:
 
 
 def test_plain_http_to_webhook_fails(bridge: Bridge) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", _port(bridge), timeout=5)
+    conn = http.client.HTTPConnection(*_addr(bridge), timeout=5)
     try:
         conn.request("GET", "/healthz")
         resp = conn.getresponse()
@@ -63,8 +71,8 @@ def test_tls_below_1_2_refused(bridge: Bridge, version: ssl.TLSVersion) -> None:
     ctx.minimum_version = version
     ctx.maximum_version = version
     with pytest.raises((ssl.SSLError, ConnectionResetError)), \
-            socket.create_connection(("127.0.0.1", _port(bridge)), timeout=5) as s, \
-            ctx.wrap_socket(s, server_hostname="127.0.0.1"):
+            socket.create_connection(_addr(bridge), timeout=5) as s, \
+            ctx.wrap_socket(s, server_hostname=SERVER_NAME):
         pass
 
 
@@ -72,12 +80,13 @@ def test_tls_below_1_2_refused(bridge: Bridge, version: ssl.TLSVersion) -> None:
 def test_tls_1_2_and_1_3_accepted(bridge: Bridge, version: ssl.TLSVersion) -> None:
     ctx = ssl.create_default_context(cafile=_ca(bridge))
     ctx.minimum_version = ctx.maximum_version = version
-    with socket.create_connection(("127.0.0.1", _port(bridge)), timeout=5) as s, \
-            ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+    with socket.create_connection(_addr(bridge), timeout=5) as s, \
+            ctx.wrap_socket(s, server_hostname=SERVER_NAME) as t:
         assert t.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2",
                                ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
 
 
+@pytest.mark.hostprocs
 def test_certificate_reloaded_without_restart(bridge: Bridge, tmp_path: Path) -> None:
     certs = Path(bridge.run_dir) / "certs"
     pid = bridge.pids["webhook"]
@@ -111,6 +120,7 @@ def test_certificate_reloaded_without_restart(bridge: Bridge, tmp_path: Path) ->
     print(f"reloaded to cert sha256 {digest}... and back")
 
 
+@pytest.mark.hostprocs
 def test_no_secret_in_logs(local: Local, bridge: Bridge) -> None:
     jwt = local.slurm.token_file.read_text().strip()
     kc = Path(bridge.kubeconfig).read_text()
@@ -136,7 +146,12 @@ def test_webhook_configuration_mutates_only_pod_creation(admin: Kubectl) -> None
     assert wh["objectSelector"] == {"matchLabels": {contract.MARK_LABEL: contract.MARK_VALUE}}
     assert wh["sideEffects"] == "NoneOnDryRun"
     assert wh["failurePolicy"] == "Fail"
-    assert wh["clientConfig"]["url"].startswith("https://")
+    # host processes: a URL; in-cluster: the Service (the base's clientConfig)
+    assert wh["clientConfig"].get("url", "https://").startswith("https://")
+    assert wh["clientConfig"].get("service", {"name": "slurmgate-webhook",
+                                             "namespace": "slurmgate-system"}).items() >= {
+        "name": "slurmgate-webhook", "namespace": "slurmgate-system"}.items()
+    assert ("url" in wh["clientConfig"]) != ("service" in wh["clientConfig"])
     expr = wh["namespaceSelector"]["matchExpressions"]
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
             "values": ["kube-system", "slurmgate-system"]} in expr

@@ -54,7 +54,13 @@ def test_plain_pod_never_lands_on_a_slurm_node(local: Local, admin: Kubectl, bri
     for i in range(len(nodes) - 1):
         wait_bound(admin, ns, f"p{i}")
     filler = filler_job(local)
-    admin.apply(plain_pod("plain"), "-n", ns)
+    # it asks for Slurm's Nodes (the in-cluster mode also has a plain real Node, where a plain
+    # Pod rightly goes): only the taint can keep it off them
+    wants_slurm_nodes = plain_pod("plain")
+    wants_slurm_nodes["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": contract.NODE_LABEL, "operator": "Exists"}]}]}}}
+    admin.apply(wants_slurm_nodes, "-n", ns)
     failed = wait_until("the scheduler says why the plain Pod waits", lambda: [
         e for e in events_of(admin, ns, "FailedScheduling")
         if e["involvedObject"]["name"] == "plain"], 60)

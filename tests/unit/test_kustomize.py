@@ -144,6 +144,11 @@ def one(docs: list[Doc], kind: str) -> Doc:
     return d
 
 
+def webhook_service(docs: list[Doc]) -> Doc:
+    (d,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"] == "slurmgate-webhook"]
+    return d
+
+
 @pytest.mark.parametrize("target", BASES + [f"overlays/{o}" for o in OVERLAYS])
 def test_renders(tree: Path, target: str) -> None:
     docs = render(tree, target)
@@ -310,7 +315,7 @@ def test_cert_manager_issues_the_mounted_certificate(tree: Path, target: str) ->
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert serving["secretName"] == volumes["tls"]["secret"]["secretName"] == WEBHOOK_TLS
     assert not serving.get("isCA")
-    svc = one(docs, "Service")["metadata"]
+    svc = webhook_service(docs)["metadata"]
     host = f"{svc['name']}.{svc['namespace']}.svc"
     assert serving["dnsNames"] == [host, f"{host}.cluster.local"]
     assert "server auth" in serving["usages"]
@@ -476,11 +481,23 @@ def test_deployment(tree: Path, target: str) -> None:
     assert tls_name == WEBHOOK_TLS
     assert not by_kind(docs, "Secret")
 
-    svc = one(docs, "Service")
-    assert svc["metadata"]["name"] == "slurmgate-webhook"
+    svc = webhook_service(docs)
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https",
                                      "protocol": "TCP"}]
     assert svc["spec"]["selector"].items() <= labels.items()
+    # the push Service: the Deployment's Pods, and of them only the one the binder labels
+    # while it leads (binder/leader.py label_own_pod, from POD_NAME + POD_NAMESPACE)
+    services = {d["metadata"]["name"]: d for d in by_kind(docs, "Service")}
+    assert set(services) == {"slurmgate-webhook", "slurmgate-binder"}
+    push = services["slurmgate-binder"]["spec"]
+    assert push["selector"] == {**{k: v for k, v in labels.items()
+                                   if k == "app.kubernetes.io/name"},
+                                contract.LEADER_LABEL: "true"}
+    assert push["ports"] == [{"name": "http-push", "port": 8080, "targetPort": "http-metrics",
+                              "protocol": "TCP"}]
+    binder_env = {e["name"]: e for e in binder.get("env") or []}
+    assert binder_env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.namespace"
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert pdb["spec"]["minAvailable"] == 1
@@ -588,6 +605,8 @@ def test_incluster_run_overlay(tmp_path: Path) -> None:
     assert containers["webhook"]["env"] == api_env
     assert containers["binder"]["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         *api_env]
     for c in containers.values():
         assert c["image"] == image and c["imagePullPolicy"] == "Never"
