@@ -232,11 +232,18 @@ def push_hook(local: Local, run_dir: Path, replicas: tuple[str, ...] = BINDERS[:
     token = secrets.token_urlsafe(32)
     mine = run_dir / "push-token"
     proc_write(mine, token)
+    point_hook(local, [f"127.0.0.1:{binder_port(n)}" for n in replicas], token)
+    return mine
+
+
+def point_hook(local: Local, endpoints: list[str], token: str | None = None) -> None:
+    """The cluster's slurmctld hook config: the `host:port` lines it pushes to, and (when
+    given) the token it presents."""
     conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
     conf.mkdir(parents=True, exist_ok=True)
-    proc_write(conf / "token", token)
-    (conf / "endpoint").write_text("".join(f"127.0.0.1:{binder_port(n)}\n" for n in replicas))
-    return mine
+    if token is not None:
+        proc_write(conf / "token", token)
+    (conf / "endpoint").write_text("".join(f"{e}\n" for e in endpoints))
 
 
 def proc_write(path: Path, text: str) -> None:

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,6 @@ def up(local: Local | None = None, settings: dict[str, str] | None = None,
             f"--timeout={int(timeout)}s")
     kube.wait_for("a binder Pod holding the Lease", lambda: leader(local) is not None, 60)
     ic.pods = pod_names(local)
-    _save(ic)
     point_push_hook(local, push_token)
     return ic
 
@@ -193,11 +192,6 @@ def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.
     """slurmctld's hook tells the leading binder: the Service slurmgate-binder's one endpoint.
     The host has no kube-proxy to reach the Service's ClusterIP, so the hook is given the Pod
     IP behind it (the host reaches the Node's bridge); rewritten after a handover."""
-    conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
-    conf.mkdir(parents=True, exist_ok=True)
-    if token is not None:
-        (conf / "token").write_text(token + "\n")
-        (conf / "token").chmod(0o600)
     ips: list[str] = []
 
     def one_leader() -> bool:
@@ -206,7 +200,7 @@ def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.
         return len(ips) == 1
 
     kube.wait_for("the push Service at the leading binder alone", one_leader, timeout)
-    (conf / "endpoint").write_text("".join(f"{ip}:{BINDER_PORT}\n" for ip in ips))
+    bridge.point_hook(local, [f"{ip}:{BINDER_PORT}" for ip in ips], token)
     return ips
 
 
@@ -226,14 +220,6 @@ def as_bridge(local: Local, ic: InCluster) -> bridge.Bridge:
                          f"http://{by_name[holder]}:{BINDER_PORT}", env=dict(ic.settings))
 
 
-def _save(ic: InCluster) -> None:
-    (Path(ic.run_dir) / "incluster.json").write_text(json.dumps(asdict(ic), indent=2))
-
-
-def load_incluster(run_dir: Path = DEFAULT_RUN_DIR) -> InCluster:
-    return InCluster(**json.loads((run_dir / "incluster" / "incluster.json").read_text()))
-
-
 def down(local: Local | None = None, timeout: float = 60.0) -> None:
     """Delete what `up` applied (the Deployment's Pods stop on their Node) and the Secrets."""
     local = local or load()
@@ -245,7 +231,6 @@ def down(local: Local | None = None, timeout: float = 60.0) -> None:
         kube.wait_for("slurmgate's Pods gone", lambda: not pods(local), timeout, interval=0.5)
     except TimeoutError:
         pass  # best effort: the local cluster's teardown stops the Node and its containers
-    (local.run_dir / "incluster" / "incluster.json").unlink(missing_ok=True)
 
 
 def main() -> None:
