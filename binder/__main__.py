@@ -87,9 +87,14 @@ async def run(cfg: BinderConfig) -> int:
         await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=True)
         work = asyncio.create_task(binder.run())
         keep = asyncio.create_task(elector.keep())
+        # only the leader binds; a standby's pool may close
+        warm = asyncio.create_task(kube.keep_warm(cfg.reconcile.warm_connections)) \
+            if cfg.reconcile.warm_connections > 0 else None
         done, _ = await asyncio.wait({work, keep}, return_when=asyncio.FIRST_COMPLETED)
         work.cancel()
         keep.cancel()
+        if warm is not None:
+            warm.cancel()
         for t in done:
             if t.exception():
                 raise t.exception()  # type: ignore[misc]

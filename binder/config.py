@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from slurmgate.config import (
+    ConfigError,
     Env,
     ObjectRef,
     SlurmSettings,
@@ -25,6 +26,9 @@ class ReconcileSettings:
     """What the reconcilers need; the defaults are those of an unset environment."""
 
     workers: int = 16
+    # connections to the API server kept open while leading (KubeClient.keep_warm): one per
+    # bind worker and per background write slot; 0 lets the pool close when idle
+    warm_connections: int = 20
     default_memory: str | None = None
     default_partition: str | None = None
     # a job whose claim no Pod carries, older than this, is cancelled
@@ -76,6 +80,9 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
     slurm = SlurmSettings.from_env(env)
     lease_seconds = env_int(env, "LEASE_DURATION_SECONDS", le.seconds)
     workers = env_int(env, "BINDER_WORKERS", r.workers)
+    warm = env_int(env, "BINDER_WARM_CONNECTIONS", r.warm_connections)
+    if warm < 0:
+        raise ConfigError(f"BINDER_WARM_CONNECTIONS={warm} is negative (0 turns it off)")
     orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
     evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
     group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
@@ -97,6 +104,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
         slurm=slurm,
         reconcile=ReconcileSettings(
             workers=a.workers,
+            warm_connections=warm,
             default_memory=env_optional(env, "DEFAULT_MEMORY"),
             default_partition=env_optional(env, "DEFAULT_PARTITION"),
             orphan_grace=orphan_grace,

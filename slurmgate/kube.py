@@ -7,6 +7,7 @@ hot path (watch decoding, patches) cheap and fully async.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import json
@@ -22,6 +23,12 @@ import aiohttp
 import yaml
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# kube-apiserver closes a connection idle for 90 s (its http.Server IdleTimeout); ours close a
+# little sooner, so no request goes out on a connection the server is closing. aiohttp's
+# default (15 s) closed the pool between every two bursts.
+KEEPALIVE_SECONDS = 75.0
+# keep_warm's refresh: well inside KEEPALIVE_SECONDS
+WARM_EVERY_SECONDS = 60.0
 
 
 class KubeError(Exception):
@@ -112,7 +119,8 @@ class KubeClient:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            conn = aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=self._pool)
+            conn = aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=self._pool,
+                                        keepalive_timeout=KEEPALIVE_SECONDS)
             self._session = aiohttp.ClientSession(
                 connector=conn, headers={"User-Agent": self._ua},
             )
@@ -145,6 +153,19 @@ class KubeClient:
                 reason = payload.get("reason", "") if isinstance(payload, dict) else ""
                 raise KubeError(resp.status, reason or resp.reason or "", str(msg))
             return payload
+
+    async def keep_warm(self, connections: int, every: float = WARM_EVERY_SECONDS) -> None:
+        """Hold `connections` open to the API server, for as long as this runs.
+
+        A burst of binds after a quiet spell otherwise opens all its connections at once, a TLS
+        handshake each on both sides, while the API server is busiest: 20 concurrent Pod
+        patches measured p50 59 ms on new connections, 22 ms on open ones (bench/warm_pool.py).
+        Every `every` seconds `connections` concurrent GET /version (no etcd; allowed to every
+        authenticated user) open what is missing and restart both sides' idle timers."""
+        while True:
+            await asyncio.gather(*(self.get("/version") for _ in range(connections)),
+                                 return_exceptions=True)
+            await asyncio.sleep(every)
 
     async def get(self, path: str, **params: Any) -> Any:
         return await self.request("GET", path, params=params or None)

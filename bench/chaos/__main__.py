@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if not util.use_own_cluster(a.run_dir, port_offset=3000):
         return 2
+    # The binder parses a job list bigger than this in its worker process (slurmgate.jsonpool).
+    # This cluster's lists are a few kB, under the 256 kB default, so the worker seldom existed
+    # and the parse-worker fault mostly found nothing to kill; with this it always has one.
+    os.environ.setdefault("SLURMGATE_JSON_OFFLOAD_BYTES", "2048")
     from bench.chaos import run  # only now: cluster.local reads the environment at import
 
     return run.main(a)

@@ -113,7 +113,8 @@ def test_binder_defaults() -> None:
     assert cfg == BinderConfig(
         slurm=SlurmSettings(),
         reconcile=ReconcileSettings(workers=16, default_memory=None, default_partition=None,
-                                    orphan_grace=60.0, evict_grace=60.0, group_timeout=300.0),
+                                    orphan_grace=60.0, evict_grace=60.0, group_timeout=300.0,
+                                    warm_connections=20),
         lease=LeaseSettings(namespace="slurmgate-system", name="slurmgate-binder", seconds=15,
                             identity=None),
         health_listen="0.0.0.0:8080", kubeconfig=None, log_level="INFO")
@@ -123,13 +124,15 @@ def test_binder_defaults() -> None:
 def test_binder_every_variable() -> None:
     env = {**SLURM_ENV, "DEFAULT_MEMORY": "512Mi", "DEFAULT_PARTITION": "gpu",
            "BINDER_WORKERS": "4", "BINDER_ORPHAN_GRACE": "10", "BINDER_EVICT_GRACE": "8",
-           "BINDER_GROUP_TIMEOUT": "30.5", "LEASE_NAMESPACE": "ns", "LEASE_NAME": "lease",
+           "BINDER_GROUP_TIMEOUT": "30.5", "BINDER_WARM_CONNECTIONS": "0",
+           "LEASE_NAMESPACE": "ns", "LEASE_NAME": "lease",
            "LEASE_DURATION_SECONDS": "120", "POD_NAME": "binder-0",
            "BINDER_HEALTH_LISTEN": "127.0.0.1:8081", "KUBECONFIG": "/kc", "LOG_LEVEL": "debug"}
     assert binder_config.load([], env) == BinderConfig(
         slurm=SLURM,
         reconcile=ReconcileSettings(workers=4, default_memory="512Mi", default_partition="gpu",
-                                    orphan_grace=10.0, evict_grace=8.0, group_timeout=30.5),
+                                    orphan_grace=10.0, evict_grace=8.0, group_timeout=30.5,
+                                    warm_connections=0),
         lease=LeaseSettings(namespace="ns", name="lease", seconds=120, identity="binder-0"),
         health_listen="127.0.0.1:8081", kubeconfig="/kc", log_level="debug")
 
@@ -161,6 +164,7 @@ def test_binder_blank_pod_name_makes_its_own_identity() -> None:
 @pytest.mark.parametrize(("name", "kind"), [
     ("LEASE_DURATION_SECONDS", "an integer"),
     ("BINDER_WORKERS", "an integer"),
+    ("BINDER_WARM_CONNECTIONS", "an integer"),
     ("SLURMGATE_JSON_OFFLOAD_BYTES", "an integer"),
     ("BINDER_ORPHAN_GRACE", "a number"),
     ("BINDER_EVICT_GRACE", "a number"),
@@ -169,6 +173,11 @@ def test_binder_blank_pod_name_makes_its_own_identity() -> None:
 def test_binder_bad_number_names_the_variable(name: str, kind: str) -> None:
     with pytest.raises(ConfigError, match=f"^{name}='soon' is not {kind}$"):
         binder_config.load([], {name: "soon"})
+
+
+def test_binder_negative_warm_connections_is_refused() -> None:
+    with pytest.raises(ConfigError, match="BINDER_WARM_CONNECTIONS=-1 is negative"):
+        binder_config.load([], {"BINDER_WARM_CONNECTIONS": "-1"})
 
 
 def test_binder_bad_variable_fails_even_when_a_flag_overrides_it() -> None:
