@@ -111,13 +111,16 @@ class FaultDriver(threading.Thread):
         return name
 
     def _parse_worker(self) -> str:
-        binder = self.bridge.pids["binder"]
+        # the leader's: a standby polls nothing, so it has no worker (the first replica was
+        # taken for the leader, and once the other led this fault found nothing to kill)
+        leader = bridge_mod.leading_binder(self.bridge) or "binder"
+        binder = self.bridge.pids[leader]
         workers = [p for p in processes() if p.ppid == binder and "multiprocessing" in p.cmdline
                    and "resource_tracker" not in p.cmdline]
         if not workers:
             return "no parse worker running (not spawned yet)"
         os.kill(workers[0].pid, signal.SIGKILL)
-        return f"parse worker pid {workers[0].pid}"
+        return f"parse worker pid {workers[0].pid} ({leader})"
 
     def inject(self, name: str) -> Injected:
         down = round(self.rng.uniform(1.0, 8.0), 1)
