@@ -238,11 +238,6 @@ def main() -> None:
             print(f"apiserver for Pods on real Nodes: {local.kube.node_server}")
         print(f"env for shells: source {a.dir / 'env.sh'}")
     elif a.action == "down":
-        # the bridge's webhook and binder first: left running, they would serve the next
-        # cluster started on the same ports (a bench run was measured against an old webhook)
-        from cluster import bridge  # here: bridge imports this module
-
-        bridge.down(a.dir)
         down(a.dir)
         print("local cluster stopped")
     else:
