@@ -154,6 +154,7 @@ async def slurm_floor(env: Env, size: int, nodes: int, a: argparse.Namespace) ->
             await asyncio.sleep(0.05)
 
     ch = asyncio.create_task(churner()) if churn else None
+    await util.at_phase(a.phase)
     made = await env.submit_jobs(size, str(size), a.concurrency)
     ids = {c.job_id for c in made if c.ok and c.job_id}
     ok = await poller.wait_running(ids, limit=600)
@@ -203,6 +204,7 @@ async def ours(env: Env, size: int, nodes: int, a: argparse.Namespace,
     ctld_at, binder_at = attribution.size_of(ctld_log), attribution.size_of(binder_log)
     names = [f"sg-{i}" for i in range(size)]
     cpu0 = util.cpu_by_command()
+    await util.at_phase(a.phase)
     made = await env.create_pods(ns, names, True, f"sg-{size}", a.concurrency)
     created_names = {c.name for c in made if c.ok}
 

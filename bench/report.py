@@ -23,6 +23,11 @@ def table(results: dict[str, Any]) -> str:
     lines.append(f"slurmgate bench  Slurm {results.get('slurm_version', '?')}  "
                  f"{results['started']}  {m['cpus']} CPUs  {m['mem_gib']} GiB  "
                  f"nodes={results.get('nodes')}  concurrency={results['concurrency']}")
+    phase = results.get("burst_phase")
+    at = f".{round(phase * 1000):03d}" if phase is not None else "any"
+    lines.append(f"bursts start at {at}"
+                 f" of a second (slurmctld's tick is on whole seconds); slurmd at nice "
+                 f"{results.get('slurmd_nice', 0)}")
     if results.get("node_probe"):
         lines.append("")
         lines.append("node probe (real slurmd, cluster.local.up)")

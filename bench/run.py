@@ -44,12 +44,14 @@ from pathlib import Path
 # cluster.slurm_release reads no environment at import (cluster.local does), so the versions
 # can be checked here before the environment is set
 from bench import util
-from cluster import slurm_release
+from cluster import slurm_cluster, slurm_release
 
 DEFAULT_RUN_DIR = Path("/tmp/slurmgate-bench")
 DEFAULT_SIZES = (100, 500)
 SCALE_SIZE = 1000
 QUICK_SIZES = (10, 20)
+# bursts start half a second after slurmctld's tick: the mean wait of a burst arriving at random
+DEFAULT_PHASE = 0.5
 # node counts the probe tries, smallest first; capped at the largest burst (more nodes than
 # Pods measure nothing the bursts use)
 PROBE_LADDER = (50, 100, 200, 400, 1000)
@@ -108,6 +110,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--admission-pods", type=int, default=None)
     ap.add_argument("--profile", action="store_true",
                     help="py-spy the webhook (admission) and the binder (largest burst)")
+    ap.add_argument("--phase", type=float, default=DEFAULT_PHASE,
+                    help="start the Slurm floor's and slurmgate's bursts at this fraction of "
+                         "a wall-clock second, where slurmctld's one-second tick falls alike "
+                         f"for both (default {DEFAULT_PHASE}; --no-phase: whenever ready)")
+    ap.add_argument("--no-phase", dest="phase", action="store_const", const=None)
+    ap.add_argument("--slurmd-nice", type=int, default=0,
+                    help="run every slurmd, and so every job, at this nice(1) level (0-19): "
+                         "here the slurmd share the control plane's cores, at a site they "
+                         "have machines of their own")
     ap.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     ap.add_argument("--keep", action="store_true",
                     help="leave the (last release's) cluster running")
@@ -115,6 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if a.quick and a.scale:
         ap.error("--quick and --scale contradict each other (--sizes sets any sizes)")
+    if a.phase is not None and not 0 <= a.phase < 1:
+        ap.error(f"--phase: a fraction of a second in [0, 1), not {a.phase}")
+    if not 0 <= a.slurmd_nice <= 19:
+        ap.error(f"--slurmd-nice: 0..19 (nice(1)'s range), not {a.slurmd_nice}")
     if a.sizes is not None:
         a.sizes = _ints(ap, "--sizes", a.sizes)
     elif a.quick:
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # for over 15 s; a binder that cannot renew its Lease exits by design, and here nothing
     # would restart it. A real Deployment restarts it; the bench keeps it with a longer Lease.
     os.environ.setdefault("SLURMGATE_LEASE_SECONDS", "120")
+    os.environ[slurm_cluster.SLURMD_NICE_ENV] = str(a.slurmd_nice)
     if not util.use_own_cluster(a.run_dir, port_offset=2000):
         return 2
     from bench import suite  # after the environment is set

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import re
@@ -28,6 +29,24 @@ def pct(values: Sequence[float], q: float) -> float:
 def summary(values: Sequence[float]) -> dict[str, float]:
     return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95),
             "p99": pct(values, 99), "max": max(values) if values else math.nan}
+
+
+def until_phase(phase: float, now: float | None = None) -> float:
+    """Seconds from `now` (wall clock) until the clock's fraction of a second is next `phase`."""
+    if not 0 <= phase < 1:
+        raise ValueError(f"phase is a fraction of a second in [0, 1), not {phase}")
+    t = time.time() if now is None else now
+    return (phase - t % 1.0) % 1.0
+
+
+async def at_phase(phase: float | None) -> None:
+    """Return when the wall clock's fraction of a second is `phase` (None: at once).
+
+    slurmctld allocates pending jobs on a one-second tick that falls on whole seconds of the
+    wall clock (its log shows .000-.006); two bursts started at the same phase wait alike for
+    it, so their makespans compare what differs, not where in the second each began."""
+    if phase is not None:
+        await asyncio.sleep(until_phase(phase))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster import kube, oci, realnode, slurm
+from cluster import kube, oci, proc, realnode, slurm, slurm_cluster
 from slurmgate import contract
 
 DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -187,7 +187,8 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
                         memory_mb=node_memory_mb, base_port=16800 + PORT_OFFSET,
                         version=slurm_version, gpu_nodes=gpu_nodes,
                         gpus_per_node=gpus_per_node, gpu_type=gpu_type,
-                        rest_listen_ips=(node_ip,) if node_ip else (), features=features)
+                        rest_listen_ips=(node_ip,) if node_ip else (), features=features,
+                        slurmd_nice=int(os.environ.get(slurm_cluster.SLURMD_NICE_ENV) or 0))
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
         # the real Nodes register themselves before the slurmd Pods are placed on them
         real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET)
@@ -209,8 +210,30 @@ def load(run_dir: Path = DEFAULT_RUN_DIR) -> Local:
                  realnode.load(run_dir / "realnodes"))
 
 
+# where cluster.bridge records the webhook and binder it started (its Bridge.pids). Read here
+# as data: importing cluster.bridge would be an import cycle (it imports this module)
+BRIDGE_STATE = Path("bridge") / "bridge.json"
+
+
+def bridge_pids(run_dir: Path) -> dict[str, int]:
+    """The webhook and binder host processes cluster.bridge started under run_dir, if any."""
+    try:
+        state = json.loads((run_dir / BRIDGE_STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(state, dict) or not isinstance(state.get("pids"), dict):
+        return {}
+    # a recorded PID counts only while it still carries the bridge's kubeconfig: PIDs get reused
+    return {str(k): v for k, v in state["pids"].items()
+            if isinstance(v, int) and v > 1 and proc.alive(v)
+            and proc.environ(v).get("KUBECONFIG") == state.get("kubeconfig")}
+
+
 def down(run_dir: Path = DEFAULT_RUN_DIR) -> None:
-    # kubelets first: they hold mounts, cgroups and a bridge, and talk to the apiserver
+    # the webhook and binder first: left running, they would serve the next cluster started
+    # on the same ports (a bench was once measured against an old webhook that way)
+    kube.stop_pids(bridge_pids(run_dir), timeout=10)
+    # kubelets next: they hold mounts, cgroups and a bridge, and talk to the apiserver
     realnode.stop(run_dir / "realnodes")
     kube.stop(run_dir / "kube")
     slurm.stop(run_dir / "slurm")

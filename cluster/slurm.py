@@ -63,6 +63,7 @@ def start(
     gpu_type: str = "a100",
     rest_listen_ips: tuple[str, ...] = (),
     features: dict[str, str] | None = None,
+    slurmd_nice: int = 0,
 ) -> SlurmCluster:
     """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
     and slurmrestd; return when all are ready.
@@ -70,6 +71,7 @@ def start(
     The last `gpu_nodes` nodes (at most half of them) get `gpus_per_node` GPUs of `gpu_type`
     ("" = untyped) as gres; gpu_nodes=0 for none. `rest_listen_ips`: slurmrestd also listens
     there (Pods on a real Node's bridge reach it at the Node's IP); `features`: Features= by node.
+    `slurmd_nice`: every slurmd, and so every job it starts, runs at this nice(1) level.
 
     Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20, slurmdbd base+21,
     MariaDB base+22.
@@ -86,6 +88,9 @@ def start(
     c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
     c.rest_listen_ips = list(rest_listen_ips)
     c.features = dict(features or {})
+    if not 0 <= slurmd_nice <= 19:
+        raise ValueError(f"slurmd_nice must be 0..19 (nice(1)'s range), not {slurmd_nice}")
+    c.slurmd_nice = slurmd_nice
     _prepare_dirs(c)
     unix_users.ensure(root, [REST_USER] + (slurm_accounting.unix_users() if accounting else []))
     # The record is saved after every daemon, so that stop() finds what runs even when this
@@ -265,7 +270,7 @@ def ctld_up(c: SlurmCluster) -> bool:
 def _start_slurmds(c: SlurmCluster, timeout: float) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for n in c.nodes:
-        argv, env = c.daemon("slurmd", "-D", "-f", str(c.conf), "-N", n)
+        argv, env = c.slurmd(n)
         procs[n] = proc.spawn(c.run_dir / "log", f"slurmd-{n}", argv, env)
         c.pids[f"slurmd-{n}"] = procs[n].pid
 

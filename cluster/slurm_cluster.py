@@ -19,6 +19,9 @@ from cluster import proc, slurm_release
 # environment, so stop() can find the job step daemons of *this* cluster without matching names.
 MARKER_ENV = "SLURMGATE_SLURM_RUN_DIR"
 RECORD_FILE = "cluster.json"
+NICE = "/usr/bin/nice"
+# cluster.local starts every slurmd at this nice(1) level (bench.run --slurmd-nice sets it)
+SLURMD_NICE_ENV = "SLURMGATE_SLURMD_NICE"
 
 
 @dataclass
@@ -44,6 +47,9 @@ class SlurmCluster:
     # slurmgate's Pods on that Node's bridge reach it)
     rest_listen_ips: list[str] = field(default_factory=list)
     features: dict[str, str] = field(default_factory=dict)  # Features= by node
+    # nice(1) of every slurmd and so of every job it starts: on one host the slurmd stand for
+    # other machines, and a bench can keep them from taking the control plane's cores
+    slurmd_nice: int = 0
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""
@@ -53,6 +59,12 @@ class SlurmCluster:
         """command() for a daemon: it also carries our marker, which its children inherit."""
         argv, env = slurm_release.command(self.root, list(args), {**self.env, **self.daemon_env()})
         return argv, {**env, **self.daemon_env()}
+
+    def slurmd(self, node: str) -> tuple[list[str], dict[str, str]]:
+        """daemon() for node's slurmd, in the foreground, at slurmd_nice."""
+        argv, env = self.daemon("slurmd", "-D", "-f", str(self.conf), "-N", node)
+        # nice execs slurmd in place: the PID recorded is slurmd's
+        return ([NICE, "-n", str(self.slurmd_nice), *argv] if self.slurmd_nice else argv), env
 
     def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         argv, env = self.command(*args)

@@ -38,7 +38,7 @@ def start_daemon(run_dir: Path, name: str, timeout: float = 60.0,
         ready = lambda: restd_up(c)  # noqa: E731
     elif name.startswith("slurmd-") and name[len("slurmd-"):] in c.nodes:
         node = name[len("slurmd-"):]
-        argv, env = c.daemon("slurmd", "-D", "-f", str(c.conf), "-N", node)
+        argv, env = c.slurmd(node)
         # ReturnToService=2: a node marked DOWN comes back once its slurmd registers
         ready = lambda: c.cli("sinfo", "-h", "-n", node, "-o", "%t", timeout=10).stdout.strip(  # noqa: E731
         ).rstrip("*") in ("idle", "alloc", "mix")

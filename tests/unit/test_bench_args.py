@@ -48,7 +48,9 @@ def test_sizes_override_scale_and_cap_the_probe() -> None:
 
 @pytest.mark.parametrize("argv", [["--sizes", "10,x"], ["--sizes", "0"], ["--sizes", ","],
                                   ["--probe", "a"], ["--quick", "--scale"],
-                                  ["--versions", "23.02"], ["--versions", ","]])
+                                  ["--versions", "23.02"], ["--versions", ","],
+                                  ["--phase", "1"], ["--phase", "-0.1"],
+                                  ["--slurmd-nice", "20"], ["--slurmd-nice", "-1"]])
 def test_bad_arguments_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         run.parse_args(argv)
@@ -166,3 +168,11 @@ def test_suite_stops_before_measuring_when_a_root_cannot_be_built(
                               root_error="debootstrap failed")
     assert code == 1 and fake.calls == []
     assert list(tmp_path.glob("*.json")) == []
+
+
+def test_bursts_start_at_half_a_second_unless_told() -> None:
+    assert run.parse_args([]).phase == 0.5
+    assert run.parse_args(["--phase", "0.25"]).phase == 0.25
+    assert run.parse_args(["--no-phase"]).phase is None
+    assert run.parse_args([]).slurmd_nice == 0
+    assert run.parse_args(["--slurmd-nice", "19"]).slurmd_nice == 19
