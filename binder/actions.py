@@ -1,30 +1,28 @@
 """Every side effect of the binder, as one public object: bind, evict, cancel, submit, status,
 clear. The controller carries out a Decision with these; nothing else writes to Kubernetes or
-Slurm (Events go through the Recorder these methods are given)."""
+Slurm (Events go through the Recorder these methods are given, the condition after a bind
+through their BackgroundWrites)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract, faults, podrequest, priorities, tenancy
 from slurmgate.binder import displaced, metrics
+from slurmgate.binder.background import BackgroundWrites
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.events import Recorder
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.jobs import JobTracker
 from slurmgate.binder.podview import (
-    Condition,
     Pod,
     allocated_condition,
-    condition,
     is_gated,
     key_of,
 )
@@ -34,15 +32,10 @@ from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmE
 from slurmgate.slurm.placeholder import job_spec, pod_display_name
 
 log = logging.getLogger("slurmgate.actions")
-BACKGROUND_PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish
 # A Pod the tenancy policy refuses now is looked at again after this (the policy may change)
 TENANCY_RETRY = 30.0
 CANCELLED_KEEP = 3600.0  # seconds a job we cancelled stays known as such
 SUBMITTED_KEEP = 60.0  # seconds a submit is remembered: the watch has the Pod's job id by then
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 # the claims no cached Pod holds; adoption looks among their jobs
 UnclaimedJobs = Callable[[], list[JobInfo]]
@@ -68,77 +61,14 @@ class Actions:
         self.cancelled: dict[int, float] = {}
         # claim -> (job id, wall time) of a single Pod's latest submit, for decide.World
         self.submitted: dict[str, tuple[int, float]] = {}
-        # uid -> (status, reason, write): a condition written after a bind, in the background
-        self._condition_writes: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
-        self._background_slots = asyncio.Semaphore(4)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.on_condition_failed: Callable[[str], None] = lambda key: None  # Pod key
-        # binds in flight; while there are any, Events and conditions wait (up to a limit):
-        # on a busy API server every write of theirs would delay a bind
-        self._binding = 0
-        self._binds_idle = asyncio.Event()
-        self._binds_idle.set()
+        # the condition and lookups after a bind; they wait while binds are in flight
+        self.background = BackgroundWrites(kube)
 
     async def set_status(self, pod: Pod, status: dict[str, str]) -> None:
         """Merge the status annotations; an empty value removes one."""
         meta = pod["metadata"]
         patch = {"metadata": {"annotations": {k: (v or None) for k, v in status.items()}}}
         await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
-
-    async def set_condition(self, pod: Pod, want: Condition) -> None:
-        """The SlurmAllocated condition, through pods/status, written in the background: a
-        reconcile never waits for it (a waiting Pod's condition in a burst would hold up its
-        own bind a moment later), and it waits while binds are in flight. One Pod's writes keep
-        their order; one equal to the write still pending is not made twice. A failed write
-        asks for the Pod to be reconciled again (`on_condition_failed`)."""
-        uid = pod["metadata"].get("uid", "")
-        pending = self._condition_writes.get(uid)
-        if pending is not None and pending[:2] == (want["status"], want.get("reason", "")):
-            return
-        before = pending[2] if pending is not None else None
-
-        async def write() -> None:
-            if before is not None:
-                await asyncio.wait([before])
-            await self.after_binds()
-            async with self._background_slots:
-                try:
-                    await self._write_condition(pod, want)
-                except Exception as e:
-                    log.warning("condition not written; will look again",
-                                extra=kv(pod=key_of(pod), error=str(e)))
-                    self.on_condition_failed(key_of(pod))
-
-        task = asyncio.create_task(write())
-        self._condition_writes[uid] = (want["status"], want.get("reason", ""), task)
-
-        def done(_: asyncio.Task[None]) -> None:
-            if self._condition_writes.get(uid, (0, 0, None))[2] is task:
-                del self._condition_writes[uid]
-
-        task.add_done_callback(done)
-
-    async def after_binds(self) -> None:
-        """Wait until no bind is in flight, or BACKGROUND_PATIENCE has passed."""
-        if self._binds_idle.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._binds_idle.wait(), BACKGROUND_PATIENCE)
-
-    async def _write_condition(self, pod: Pod, want: Condition) -> None:
-        meta = pod["metadata"]
-        have = condition(pod) or {}
-        changed = have.get("status") != want["status"]
-        body = {**want, "lastProbeTime": None,
-                "lastTransitionTime": have.get("lastTransitionTime") if not changed and
-                have.get("lastTransitionTime") else _now()}
-        try:
-            await self.kube.strategic_patch(
-                pod_path(meta["namespace"], meta["name"], "status"),
-                {"status": {"conditions": [body]}})
-        except KubeError as e:
-            if e.status not in (404, 409):  # gone, or replaced by a Pod of the same name
-                raise
 
     async def cancel(self, job: JobInfo, why: str) -> None:
         now = time.monotonic()
@@ -272,14 +202,8 @@ class Actions:
 
         Only the two calls the API requires are on the path: the condition and the Events
         follow in the background."""
-        self._binding += 1
-        self._binds_idle.clear()
-        try:
+        with self.background.binding():
             await self._bind(pod, job, node, slurm_node, status, message)
-        finally:
-            self._binding -= 1
-            if not self._binding:
-                self._binds_idle.set()
 
     async def _bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
                     status: dict[str, str], message: str) -> None:
@@ -335,16 +259,16 @@ class Actions:
         await self.events.emit(pod, contract.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
         await self.events.emit(pod, contract.EV_BOUND, message)
-        await self.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
-        self._in_background(self._tell_displaced(pod, t_start, slurm_node))
+        self.background.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
+        self.background.run(self._tell_displaced(pod, t_start, slurm_node))
 
     async def _tell_displaced(self, pod: Pod, started: float, slurm_node: str) -> None:
         """An Event naming the batch job Slurm preempted for this Pod (binder/displaced.py)."""
         victim = await self.jobs.recent_ends.wait_before(slurm_node, started)
         if victim is None:
             return
-        await self.after_binds()
-        async with self._background_slots:
+        await self.background.after_binds()
+        async with self.background.slots:
             try:
                 said = await displaced.describe(self.slurm, victim, slurm_node)
             except SlurmError as e:
@@ -356,11 +280,6 @@ class Actions:
                      extra=kv(pod=key_of(pod), job=victim, slurm_node=slurm_node))
             return
         await self.events.emit(pod, contract.EV_DISPLACED, said)
-
-    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)  # a reference, or the loop may drop the task half-way
-        task.add_done_callback(self._tasks.discard)
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""

@@ -43,7 +43,7 @@ class Controller:
         self.settings = settings or ReconcileSettings()
         self.queue: WorkQueue[Request] = WorkQueue()
         self.node_queue: WorkQueue[str] = WorkQueue()
-        self.events = Recorder(kube, turn=lambda: self.actions.after_binds())
+        self.events = Recorder(kube, turn=lambda: self.actions.background.after_binds())
         self.jobs = JobTracker(slurm, self._on_job,
                                comment_of=lambda job_id: self.index.comment_by_job.get(job_id))
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
@@ -53,7 +53,7 @@ class Controller:
         self.index = Index(self.pods)
         self.actions = Actions(kube, slurm, self.events, self.jobs, self.pods,
                                self.settings, policy)
-        self.actions.on_condition_failed = lambda key: self.queue.add_after(
+        self.actions.background.on_condition_failed = lambda key: self.queue.add_after(
             self.index.request(key), 1.0)
         self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
@@ -134,7 +134,8 @@ class Controller:
 
     async def apply(self, req: Request, unit: Unit, d: Decision) -> None:
         act = self.actions
-        await asyncio.gather(*(act.set_condition(p, c) for p, c in d.conditions))
+        for p, c in d.conditions:
+            act.background.set_condition(p, c)
         if d.action in (decide.NOTHING, decide.WAIT):
             if d.reason:
                 await asyncio.gather(*(self.events.emit(p, d.reason, d.message, warning=True)

@@ -21,17 +21,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
-from slurmgate.binder.ending import END_REASONS, ENDED_BY, end_reason
+from slurmgate.binder.ending import END_REASONS, end_message, end_reason
 from slurmgate.binder.podview import (
     Condition,
     NodeRef,
     Pod,
-    allocated_condition,
     ann,
     bound,
     condition_stale,
     created,
-    group_pending_condition,
+    expected_condition,
     holds_node,
     is_gated,
     job_status,
@@ -44,9 +43,7 @@ from slurmgate.binder.podview import (
     rank_key,
     size_of,
     stale_status,
-    submit_pending_condition,
     submitted_at,
-    waiting_condition,
 )
 from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 
@@ -178,7 +175,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
                            f"Pod started ({job.reason}); submitted a new placeholder job")
     if job.state in ENDING_STATES or job.preempted:
         return Decision(EVICT, evict=holders, job=job, reason=end_reason(job),
-                        status=job_status(job), message=_end_message(u, job, holders))
+                        status=job_status(job), message=end_message(job, holders, u.gang))
     succeeded = sum(1 for p in u.members if _claim(p) == claim and phase(p) == "Succeeded")
     if len(holders) + succeeded < u.size and holds_node(job):
         # members finishing normally keep the group; one that failed or left releases it
@@ -382,16 +379,6 @@ def bind_message(d: Decision, b: Bind, gang: bool) -> str:
     return f"{d.message} allocated {b.slurm_node}{rank}; bound to Node {b.node}"
 
 
-def _end_message(u: Unit, job: JobInfo, pods: tuple[Pod, ...]) -> str:
-    what = ENDED_BY.get(end_reason(job), "ended")
-    detail = ", ".join(x for x in (job.state, job.reason) if x not in ("", "None"))
-    why = f"{'the group' if u.gang else 'Slurm'}'s job {job.job_id} {what} ({detail})"
-    if u.gang:
-        return f"{why}; every member is evicted"
-    return why + ("; the Node goes back to Slurm" if any(bound(p) for p in pods)
-                  else " before the Pod started")
-
-
 def _conditions(u: Unit, job_of: JobOf, d: Decision) -> tuple[tuple[Pod, Condition], ...]:
     if d.action in (CANCEL, RESUBMIT, RELEASE, EVICT) or (u.gang and d.action == SUBMIT):
         return ()  # members about to go or get a new job: their next state says it
@@ -402,24 +389,7 @@ def _conditions(u: Unit, job_of: JobOf, d: Decision) -> tuple[tuple[Pod, Conditi
     for p in u.members:
         if not live(p) or id(p) in binding:
             continue
-        want = _condition_of(u, p, claim, job)
+        want = expected_condition(p, claim, job, u.gang, u.size)
         if want is not None and condition_stale(p, want):
             out.append((p, want))
     return tuple(out)
-
-
-def _condition_of(u: Unit, p: Pod, claim: str | None, job: JobInfo | None) -> Condition | None:
-    mine = _claim(p)
-    if u.gang and not mine and is_gated(p):
-        return group_pending_condition(ann(p).get(contract.A_GROUP, ""), u.size)
-    if mine is None or mine != claim:
-        return None
-    if job is None:
-        pending = ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING
-        return submit_pending_condition() if pending and not bound(p) else None
-    if job.state in WAITING_STATES and not bound(p):
-        return waiting_condition(job)
-    slurm_node = ann(p).get(contract.A_SLURM_NODE)
-    if job.state == RUNNING and not job.preempted and bound(p) and slurm_node:
-        return allocated_condition(job.job_id, slurm_node, (p.get("spec") or {})["nodeName"])
-    return None

@@ -4,6 +4,7 @@ job. One mapping for single Pods and gangs (decide.py uses it for both)."""
 from __future__ import annotations
 
 from slurmgate import contract
+from slurmgate.binder.podview import Pod, bound
 from slurmgate.slurm import COMPLETING, JobInfo
 
 # The Event reason that tells a user why Slurm took the Node back, by the job's end state.
@@ -48,3 +49,14 @@ def end_reason(job: JobInfo) -> str:
     if job.state == COMPLETING and job.reason in ("", "None"):
         return contract.EV_JOB_CANCELLED
     return contract.EV_JOB_ENDED
+
+
+def end_message(job: JobInfo, pods: tuple[Pod, ...], gang: bool) -> str:
+    """The eviction's message: whose job ended, how, and what happens to the Node."""
+    what = ENDED_BY.get(end_reason(job), "ended")
+    detail = ", ".join(x for x in (job.state, job.reason) if x not in ("", "None"))
+    why = f"{'the group' if gang else 'Slurm'}'s job {job.job_id} {what} ({detail})"
+    if gang:
+        return f"{why}; every member is evicted"
+    return why + ("; the Node goes back to Slurm" if any(bound(p) for p in pods)
+                  else " before the Pod started")

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmgate import contract, podrequest
 from slurmgate.kube import parse_time
-from slurmgate.slurm import RELEASED_STATES, STOPPING_STATES, JobInfo
+from slurmgate.slurm import RELEASED_STATES, RUNNING, STOPPING_STATES, WAITING_STATES, JobInfo
 
 Pod = dict[str, Any]
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -181,4 +181,24 @@ def lacks_gpus(p: Pod, ref: NodeRef) -> str | None:
     if kind and ref.gpu_type is not None and ref.gpu_type != kind:
         return (f"has GPUs of type {ref.gpu_type} ({contract.NODE_GPU_TYPE_LABEL}), the Pod "
                 f"asks for {kind}")
+    return None
+
+
+def expected_condition(p: Pod, claim: str | None, job: JobInfo | None, gang: bool,
+                       group_size: int) -> Condition | None:
+    """The SlurmAllocated condition Pod p should show, given its unit's claim and job (None:
+    nothing to say, e.g. a Pod of another claim)."""
+    mine = ann(p).get(contract.A_CLAIM) or None
+    if gang and not mine and is_gated(p):
+        return group_pending_condition(ann(p).get(contract.A_GROUP, ""), group_size)
+    if mine is None or mine != claim:
+        return None
+    if job is None:
+        pending = ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING
+        return submit_pending_condition() if pending and not bound(p) else None
+    if job.state in WAITING_STATES and not bound(p):
+        return waiting_condition(job)
+    slurm_node = ann(p).get(contract.A_SLURM_NODE)
+    if job.state == RUNNING and not job.preempted and bound(p) and slurm_node:
+        return allocated_condition(job.job_id, slurm_node, (p.get("spec") or {})["nodeName"])
     return None
