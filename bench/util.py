@@ -56,11 +56,44 @@ def cpu_seconds(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / CLK_TCK
 
 
+# A Python process is named by what it runs: the binder, the webhook and the bench itself all
+# show as "python", and in a big burst their shares are the question
+PY_ROLES = (("slurmgate.binder", "python:binder"), ("slurmgate.webhook", "python:webhook"),
+            ("bench.", "python:bench"), ("multiprocessing", "python:worker"))
+
+
+def python_role(cmdline: str, parent_role: str | None = None) -> str:
+    """The name a Python process's CPU is reported under, from its command line; a
+    multiprocessing child takes its parent's role (the binder's JSON parse worker)."""
+    for needle, role in PY_ROLES:
+        if needle in cmdline:
+            if role == "python:worker" and parent_role and parent_role != "python":
+                return f"{parent_role}-worker"
+            return role
+    return "python"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
 def cpu_by_command() -> dict[tuple[int, str], float]:
     """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
-    hooks and steps count for it) of every process on the host."""
-    return {(pid, comm): sum(int(x) for x in f[11:15]) / CLK_TCK
-            for pid, (comm, f) in proc.proc_stats().items()}
+    hooks and steps count for it) of every process on the host; Python processes by role."""
+    stats = proc.proc_stats()
+    roles: dict[int, str] = {}
+    for pid, (comm, _) in stats.items():
+        if comm.startswith("python"):
+            roles[pid] = python_role(_cmdline(pid))
+    for pid, role in roles.items():  # workers after their parents are named
+        if role == "python:worker":
+            roles[pid] = python_role(_cmdline(pid), roles.get(int(stats[pid][1][1])))
+    return {(pid, roles.get(pid, comm)): sum(int(x) for x in f[11:15]) / CLK_TCK
+            for pid, (comm, f) in stats.items()}
 
 
 def cpu_delta(before: dict[tuple[int, str], float],
