@@ -85,13 +85,12 @@ def cpu_by_command() -> dict[tuple[int, str], float]:
     """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
     hooks and steps count for it) of every process on the host; Python processes by role."""
     stats = proc.proc_stats()
-    roles: dict[int, str] = {}
-    for pid, (comm, _) in stats.items():
-        if comm.startswith("python"):
-            roles[pid] = python_role(_cmdline(pid))
+    cmdlines = {pid: _cmdline(pid) for pid, (comm, _) in stats.items()
+                if comm.startswith("python")}
+    roles = {pid: python_role(cmd) for pid, cmd in cmdlines.items()}
     for pid, role in roles.items():  # workers after their parents are named
         if role == "python:worker":
-            roles[pid] = python_role(_cmdline(pid), roles.get(int(stats[pid][1][1])))
+            roles[pid] = python_role(cmdlines[pid], roles.get(int(stats[pid][1][1])))
     return {(pid, roles.get(pid, comm)): sum(int(x) for x in f[11:15]) / CLK_TCK
             for pid, (comm, f) in stats.items()}
 

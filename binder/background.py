@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from slurmgate.binder.podview import Condition, Pod, condition, key_of
-from slurmgate.kube import KubeClient, KubeError, pod_path
+from slurmgate.kube import KubeClient, KubeError, now_time, pod_path
 from slurmgate.logs import kv
 
-log = logging.getLogger("slurmgate.actions")
+log = logging.getLogger("slurmgate.actions")  # its messages keep the logger they had
 PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish
 SLOTS = 4  # background API calls in flight at once (Events have their own Recorder slots)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class BackgroundWrites:
@@ -102,7 +97,7 @@ class BackgroundWrites:
         changed = have.get("status") != want["status"]
         body = {**want, "lastProbeTime": None,
                 "lastTransitionTime": have.get("lastTransitionTime") if not changed and
-                have.get("lastTransitionTime") else _now()}
+                have.get("lastTransitionTime") else now_time()}
         try:
             await self.kube.strategic_patch(
                 pod_path(meta["namespace"], meta["name"], "status"),

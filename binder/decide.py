@@ -28,6 +28,7 @@ from slurmgate.binder.podview import (
     Pod,
     ann,
     bound,
+    claim_of,
     condition_stale,
     created,
     expected_condition,
@@ -89,7 +90,7 @@ def needs_node_states(u: Unit, job_of: JobOf) -> bool:
     claim = u.claim()
     job = job_of(claim) if claim else None
     return job is not None and job.state in WAITING_STATES and any(
-        bound(p) and live(p) and _claim(p) == claim for p in u.members)
+        bound(p) and live(p) and claim_of(p) == claim for p in u.members)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class Unit:
         """The claim of the unit's current job, held by live members."""
         if self.gang:
             return live_claim(list(self.members))
-        return next((c for p in self.members if live(p) and (c := ann(p).get(contract.A_CLAIM))),
+        return next((c for p in self.members if live(p) and (c := claim_of(p))),
                     None)
 
 
@@ -158,7 +159,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     claim = u.claim()
     if claim is None:
         return _without_claim(u, w)
-    holders = tuple(sorted((p for p in u.members if live(p) and _claim(p) == claim),
+    holders = tuple(sorted((p for p in u.members if live(p) and claim_of(p) == claim),
                            key=rank_key))
     job = job_of(claim)
     if job is None:
@@ -176,7 +177,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     if job.state in ENDING_STATES or job.preempted:
         return Decision(EVICT, evict=holders, job=job, reason=end_reason(job),
                         status=job_status(job), message=end_message(job, holders, u.gang))
-    succeeded = sum(1 for p in u.members if _claim(p) == claim and phase(p) == "Succeeded")
+    succeeded = sum(1 for p in u.members if claim_of(p) == claim and phase(p) == "Succeeded")
     if len(holders) + succeeded < u.size and holds_node(job):
         # members finishing normally keep the group; one that failed or left releases it
         return _start_over(u, job, claim, holders, contract.EV_GROUP_RELEASED,
@@ -187,10 +188,6 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     if job.state == RUNNING:
         return _running(u, job, claim, holders, w)
     return Decision(NOTHING)
-
-
-def _claim(p: Pod) -> str | None:
-    return ann(p).get(contract.A_CLAIM) or None
 
 
 def _newer_job_submitted(claim: str, holders: tuple[Pod, ...], job: JobInfo,
@@ -212,10 +209,10 @@ def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
     """A job no live member holds any more (its Pods finished, were deleted, or are gone) is
     cancelled, but only once none of its Pods still runs on its Node."""
     current = u.claim()
-    stale = ({c for p in u.members if not live(p) and (c := _claim(p))} | u.gone_claims)
+    stale = ({c for p in u.members if not live(p) and (c := claim_of(p))} | u.gone_claims)
     for claim in sorted(stale - {current}):
         job = job_of(claim)
-        own = [p for p in u.members if _claim(p) == claim]
+        own = [p for p in u.members if claim_of(p) == claim]
         if job is None or not needs_kill(job) or any(occupies(p) for p in own):
             continue
         if u.gang:
@@ -233,7 +230,7 @@ def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
 
 def _without_claim(u: Unit, w: World) -> Decision:
     """No job yet: submit once the whole unit is there (a single Pod always is)."""
-    fresh = tuple(sorted((p for p in u.members if live(p) and is_gated(p) and not _claim(p)),
+    fresh = tuple(sorted((p for p in u.members if live(p) and is_gated(p) and not claim_of(p)),
                          key=rank_key))
     if u.size and len(fresh) >= u.size:
         return Decision(SUBMIT, members=fresh[:u.size], reason=contract.EV_JOB_SUBMITTED)
@@ -281,7 +278,7 @@ def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ..
             return Decision(EVICT, evict=on_nodes, job=job, reason=reason, message=message)
         return Decision(RESUBMIT, members=gated, cancel=job, job=job, reason=reason,
                         message=message)
-    occupied = any(occupies(p) for p in u.members if _claim(p) == claim)
+    occupied = any(occupies(p) for p in u.members if claim_of(p) == claim)
     return Decision(RELEASE, evict=on_nodes, clear=gated, job=job, reason=reason,
                     cancel=None if occupied else job, message=message)
 
@@ -324,7 +321,7 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
         return Decision(WAIT, requeue_after=0.5)
     # rank i -> the job's i-th node, counting members that already finished (their node is
     # theirs: a live member must not take it)
-    ranked = sorted((p for p in u.members if _claim(p) == claim), key=rank_key)
+    ranked = sorted((p for p in u.members if claim_of(p) == claim), key=rank_key)
     binds = []
     for p, slurm_node in zip(ranked, job.nodes, strict=False):
         if bound(p) or not live(p):

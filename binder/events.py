@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slurmgate.kube import KubeClient, KubeError
+from slurmgate.kube import KubeClient, KubeError, now_time
 from slurmgate.logs import kv
 
 log = logging.getLogger("slurmgate.events")
 COMPONENT = "slurmgate-binder"
 RECENT = 4  # Events per Pod remembered, so that `once` skips a repeat
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Recorder:
@@ -50,7 +45,7 @@ class Recorder:
         self._last[uid] = (*recent[-(RECENT - 1):], (reason, message))
         if len(self._last) > 50_000:
             self._last.clear()
-        now = _now()
+        now = now_time()
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},

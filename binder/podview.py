@@ -75,7 +75,7 @@ def size_of(members: list[Pod]) -> int:
 
 def live_claim(members: list[Pod]) -> str | None:
     """The claim most live members hold: the unit's current job."""
-    claims = Counter(c for p in members if live(p) and (c := ann(p).get(contract.A_CLAIM)))
+    claims = Counter(c for p in members if live(p) and (c := claim_of(p)))
     return claims.most_common(1)[0][0] if claims else None
 
 
@@ -184,11 +184,16 @@ def lacks_gpus(p: Pod, ref: NodeRef) -> str | None:
     return None
 
 
+def claim_of(pod: Pod) -> str | None:
+    """The claim a Pod holds (its single job's, or its gang's once given), None for none."""
+    return ann(pod).get(contract.A_CLAIM) or None
+
+
 def expected_condition(p: Pod, claim: str | None, job: JobInfo | None, gang: bool,
                        group_size: int) -> Condition | None:
     """The SlurmAllocated condition Pod p should show, given its unit's claim and job (None:
     nothing to say, e.g. a Pod of another claim)."""
-    mine = ann(p).get(contract.A_CLAIM) or None
+    mine = claim_of(p)
     if gang and not mine and is_gated(p):
         return group_pending_condition(ann(p).get(contract.A_GROUP, ""), group_size)
     if mine is None or mine != claim:
