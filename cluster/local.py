@@ -158,6 +158,15 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster,
     kube.wait_for("Slurm's Nodes Ready and slurmd Pods Running", all_ready, 90, interval=0.3)
 
 
+def _slurmd_nice() -> int:
+    text = os.environ.get(slurm_cluster.SLURMD_NICE_ENV) or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{slurm_cluster.SLURMD_NICE_ENV}={text!r}: a whole number 0..19 "
+                         "(nice(1)'s range)") from None
+
+
 def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16000,
        node_cpus: int = 8, slurm_version: str | None = None, gpu_nodes: int = 2,
        gpus_per_node: int = 4, gpu_type: str = "a100",
@@ -188,7 +197,7 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
                         version=slurm_version, gpu_nodes=gpu_nodes,
                         gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                         rest_listen_ips=(node_ip,) if node_ip else (), features=features,
-                        slurmd_nice=int(os.environ.get(slurm_cluster.SLURMD_NICE_ENV) or 0))
+                        slurmd_nice=_slurmd_nice())
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
         # the real Nodes register themselves before the slurmd Pods are placed on them
         real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from cluster import local, slurm_cluster
 from cluster.slurm_cluster import NICE, SlurmCluster
 
 
@@ -17,3 +20,12 @@ def test_slurmd_runs_under_nice_only_when_asked(tmp_path: Path) -> None:
     niced, env = c.slurmd("n1")
     assert niced == [NICE, "-n", "19", *plain]
     assert env["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+
+
+def test_a_nice_level_that_is_no_number_names_the_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(slurm_cluster.SLURMD_NICE_ENV, "high")
+    with pytest.raises(ValueError, match="SLURMGATE_SLURMD_NICE='high'"):
+        local._slurmd_nice()
+    monkeypatch.setenv(slurm_cluster.SLURMD_NICE_ENV, "7")
+    assert local._slurmd_nice() == 7
