@@ -23,7 +23,7 @@ from slurmgate.binder.index import Index, Request
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.jobs import JobTracker
 from slurmgate.binder.nodesync import NodeSync
-from slurmgate.binder.podview import ann, is_gated, key_of
+from slurmgate.binder.podview import ann, claim_of, is_gated, key_of
 from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.kube import KubeClient
 from slurmgate.logs import kv
@@ -123,7 +123,9 @@ class Controller:
     async def _announce(self, pod: dict[str, Any]) -> None:
         """The webhook can't write Events (the Pod does not exist yet at admission)."""
         uid = pod["metadata"].get("uid", "")
-        job_id = ann(pod).get(contract.A_JOB_ID)
+        # a submit handed off at admission names no job: Slurm's list knows it by the claim
+        job = self.jobs.get(claim_of(pod))
+        job_id = ann(pod).get(contract.A_JOB_ID) or (str(job.job_id) if job else None)
         if uid in self._announced or not job_id:
             return
         self._announced[uid] = None

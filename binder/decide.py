@@ -73,6 +73,8 @@ class World:
     now: float  # wall clock seconds
     node_for: Mapping[str, NodeRef] = field(default_factory=dict)  # Slurm node -> k8s Node
     vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list
+    # how long a Submitting Pod waits for the webhook's handed-off submit before we submit
+    handoff_grace: float = contract.SUBMIT_HANDOFF_GRACE
     group_timeout: float = 300.0  # after this, an incomplete gang is reported
     failed_nodes: frozenset[str] = frozenset()  # Slurm nodes DOWN or not responding
     # how long a Pod waits, gated, for its allocated Node to show the GPUs it asks for before
@@ -250,7 +252,11 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
     gated = tuple(p for p in holders if not bound(p))
     named = [p for p in holders if ann(p).get(contract.A_JOB_ID)
              and ann(p).get(contract.A_JOB_STATE) != contract.JOB_STATE_SUBMIT_PENDING]
-    if not named:  # fail-open admission left the submit to us
+    if not named and gated and (left := _handoff_left(gated, w)) > 0:
+        # the webhook's submit outlived its budget and may still land: its job carries the
+        # claim, so the poll that sees it brings the Pod back here
+        return Decision(WAIT, requeue_after=left)
+    if not named:  # fail-open admission left the submit to us, or a handed-off one never came
         return Decision(SUBMIT, members=gated, reason=contract.EV_JOB_SUBMITTED) if gated \
             else Decision(NOTHING)
     on_nodes = len(gated) < len(holders)
@@ -265,6 +271,16 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
                else f"job {job_id} is no longer known to Slurm"
                + ("" if on_nodes else "; submitted a new placeholder job"))
     return _start_over(u, None, claim, holders, contract.EV_JOB_VANISHED, message)
+
+
+def _handoff_left(gated: tuple[Pod, ...], w: World) -> float:
+    """Seconds the webhook's handed-off submit may still be in flight (0: not handed off, or
+    past the grace)."""
+    if not any(ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING
+               for p in gated):
+        return 0.0
+    # clamped: the annotation is the Pod's, and a clock ahead of ours must not park it
+    return min(w.handoff_grace, max(0.0, submitted_at(list(gated)) + w.handoff_grace - w.now))
 
 
 def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ...],

@@ -55,6 +55,12 @@ STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT)
 # Mostly Slurm's own state name, copied verbatim (PENDING, RUNNING, PREEMPTED, ...; see
 # slurmgate.slurm.models). These are ours, for a Pod that has no job (yet):
 JOB_STATE_SUBMIT_PENDING = "SubmitPending"  # fail-open: the binder submits once Slurm is back
+# Slurm did not answer the webhook's submit within its budget: the Pod was admitted while the
+# submit goes on; the binder adopts the job by its claim, or submits itself after HANDOFF_GRACE
+JOB_STATE_SUBMITTING = "Submitting"
+# Longest a handed-off submit can still be in flight in the webhook: the Slurm client's 5 s
+# timeout for the dialect probe, the submit and the cancel of a job Slurm changed, plus margin.
+SUBMIT_HANDOFF_GRACE = 20.0
 JOB_STATE_GROUP_PENDING = "GroupPending"  # a gang's job is submitted once all members are there
 JOB_STATE_DRY_RUN = "DryRun"  # a dryRun create: nothing was submitted
 

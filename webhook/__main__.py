@@ -30,6 +30,9 @@ from slurmgate.webhook.server import (
 
 log = logging.getLogger("slurmgate.webhook")
 
+# within the Pod's default terminationGracePeriodSeconds (30 s), beyond one Slurm client timeout
+DRAIN_SECONDS = 6.0
+
 
 async def run(cfg: WebhookConfig) -> None:
     s = cfg.slurm
@@ -60,9 +63,15 @@ async def run(cfg: WebhookConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("webhook stopping")
+    await runner.cleanup()  # no new reviews; the submits already sent may still land
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            await admitter.drain()
+    except TimeoutError:
+        log.warning("submits still running at exit; the binder submits for their Pods after "
+                    "its grace", extra=kv(running=len(admitter.in_flight)))
     for t in tasks:
         await cancel(t)
-    await runner.cleanup()
     await slurm.close()
     await kube.close()
 

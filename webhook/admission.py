@@ -47,6 +47,12 @@ class Settings:
     default_memory: str | None = None
     default_partition: str | None = None
     dedup_entries: int = 10_000
+    # Longest an admission waits for Slurm to answer the submit (seconds; 0, the default: as
+    # long as the Slurm client does). Past it the Pod is admitted gated as Submitting while
+    # the submit goes on here, and the binder adopts the job by its claim. slurmctld answers
+    # slowly while it starts jobs; a site may prefer fast Pod creates to an error at create
+    # time when Slurm turns out to be down (the Pod then waits, gated, for the binder).
+    submit_budget: float = 0.0
 
 
 Submit = Callable[[JobSpec], Awaitable[int]]
@@ -92,6 +98,10 @@ class Admitter:
         self._policy = policy or (lambda: tenancy.STATE_DISABLED)
         # apiserver retries reuse the request uid: answer them from here, so one job per Pod
         self._seen: OrderedDict[str, asyncio.Future[dict[str, Any]]] = OrderedDict()
+        # every submit still running, kept referenced until done: one that outlived its
+        # budget (or its review, cancelled) must still land
+        self.in_flight: set[asyncio.Task[int]] = set()
+        self._slurm_away = False  # the last submit to finish found Slurm unreachable
 
     async def review(self, body: Any) -> dict[str, Any]:
         """Raises BadReview for bodies that are not AdmissionReviews."""
@@ -236,13 +246,20 @@ class Admitter:
             return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
         job = job_spec(r, claim, namespace, display)
-        t0 = time.perf_counter()
+        pod_ref = f"{namespace}/{display}"
+        submit = asyncio.ensure_future(self._timed_submit(job, pod_ref))
+        self.in_flight.add(submit)
+        submit.add_done_callback(self.in_flight.discard)
+        budget = self.settings.submit_budget
+        # after Slurm was unreachable, wait for its answer again: a denial says more than a
+        # Pod gated on a submit that is likely to fail
+        if budget > 0 and not self._slurm_away:
+            await asyncio.wait((submit,), timeout=budget)
+            if not submit.done():
+                return self._hand_off(uid, submit, pod_orig, annotations, pod_ref, warnings)
         try:
-            job_id = await self._submit(job)
+            job_id = await submit
         except SlurmError as e:
-            metrics.SUBMIT_ERRORS.inc()
-            log.warning("slurm submit failed", extra=kv(pod=f"{namespace}/{display}",
-                                                         error=str(e)))
             if not self.settings.fail_open:
                 if isinstance(e, SlurmUnavailable):
                     return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
@@ -254,8 +271,6 @@ class Admitter:
                             "submitted when Slurm answers again")
             return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                              warnings=tuple(warnings))
-        finally:
-            metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
         annotations[contract.A_JOB_STATE] = PENDING
@@ -268,3 +283,46 @@ class Admitter:
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                          warnings=tuple(warnings))
 
+
+    async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:
+        t0 = time.perf_counter()
+        try:
+            job_id = await self._submit(job)
+        except SlurmError as e:
+            self._slurm_away = isinstance(e, SlurmUnavailable)
+            metrics.SUBMIT_ERRORS.inc()
+            log.warning("slurm submit failed", extra=kv(pod=pod_ref, error=str(e)))
+            raise
+        finally:
+            metrics.SUBMIT_LATENCY.observe(time.perf_counter() - t0)
+        self._slurm_away = False
+        return job_id
+
+    def _hand_off(self, uid: str, submit: asyncio.Task[int], pod: dict[str, Any],
+                  annotations: dict[str, str], pod_ref: str,
+                  warnings: list[str]) -> dict[str, Any]:
+        """Admit now, gated as Submitting; the submit goes on here. Its job carries the claim,
+        so the binder finds it in Slurm's list whoever learns the id first; if it never comes
+        (Slurm refused it, this process died), the binder submits after
+        SUBMIT_HANDOFF_GRACE."""
+        submit.add_done_callback(lambda t: self._handed_off_done(t, pod_ref))
+        metrics.HANDOFFS.inc()
+        metrics.DECISIONS.labels("gated_submitting").inc()
+        annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMITTING
+        annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+                         warnings=tuple(warnings))
+
+    def _handed_off_done(self, task: asyncio.Task[int], pod_ref: str) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # logged by _timed_submit; the binder submits after the grace
+        log.info("placeholder job submitted after admission",
+                 extra=kv(pod=pod_ref, job=task.result()))
+
+    async def drain(self) -> int:
+        """Wait for the submits still running (a stopping webhook lets them land rather than
+        leave them to the binder's grace; the caller bounds the wait). Returns how many ran."""
+        running = set(self.in_flight)
+        if running:
+            await asyncio.wait(running)
+        return len(running)

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmgate.config import (
+    ConfigError,
     Env,
     ObjectRef,
     SlurmSettings,
     env_bool,
+    env_float,
     env_optional,
     tenancy_configmap,
 )
@@ -31,6 +33,16 @@ class WebhookConfig:
     tenancy_configmap: ObjectRef | None = None
 
 
+def _submit_budget(env: Env) -> float:
+    budget = env_float(env, "SUBMIT_BUDGET", Settings.submit_budget)
+    # below the apiserver's webhook timeout (10 s in our MutatingWebhookConfiguration), or
+    # the handoff could never happen before the apiserver gives up on the call
+    if not 0.0 <= budget <= 8.0:  # also refuses nan
+        raise ConfigError(f"SUBMIT_BUDGET={budget!r} must be between 0 (wait for Slurm as long "
+                          "as its client does) and 8 seconds")
+    return budget
+
+
 def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
     """Parse `env` and the command line (flags win over the variables that default them).
 
@@ -41,6 +53,7 @@ def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
         fail_open=env_bool(env, "FAIL_OPEN", False),
         default_memory=env_optional(env, "DEFAULT_MEMORY"),
         default_partition=env_optional(env, "DEFAULT_PARTITION"),
+        submit_budget=_submit_budget(env),
     )
     tenancy = tenancy_configmap(env)
     d = WebhookConfig(slurm, admission)

@@ -26,6 +26,9 @@ SUBMIT_LATENCY = Histogram("slurmgate_slurm_submit_duration_seconds",
                            "slurmrestd job submit latency", buckets=_FAST, registry=REGISTRY)
 SUBMIT_ERRORS = Counter("slurmgate_slurm_submit_errors_total",
                         "Submits that Slurm refused or did not answer", registry=REGISTRY)
+HANDOFFS = Counter("slurmgate_webhook_submit_handoffs_total",
+                   "Pods admitted before Slurm answered their submit (past the submit budget; "
+                   "the binder adopts the job)", registry=REGISTRY)
 INVENTORY_ERRORS = Counter("slurmgate_inventory_refresh_errors_total",
                            "Failed refreshes of the Slurm/Kubernetes node inventory",
                            registry=REGISTRY)

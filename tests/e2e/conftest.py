@@ -28,6 +28,7 @@ from cluster import local as local_mod
 from cluster import proc as proc_mod
 from cluster import slurm as slurm_mod
 from cluster.realnode import NodeSpec
+from slurmgate import contract
 
 T = TypeVar("T")
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -61,6 +62,13 @@ def wait_until(what: str, fn: Callable[[], T], timeout: float = 30.0,
                 return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def job_id_of(admin: Kubectl, name: str, ns: str, timeout: float = 30.0) -> str:
+    """The Pod's Slurm job id: named at admission, or, when the webhook handed a slow submit
+    off (job-state Submitting), by the binder once Slurm's list shows the job."""
+    return str(wait_until(f"{ns}/{name} names its Slurm job", lambda: admin.get(
+        "pod", name, ns)["metadata"]["annotations"].get(contract.A_JOB_ID), timeout))
 
 
 class Kubectl:

@@ -17,7 +17,14 @@ from cluster import slurm_faults
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, squeue, wait_until
+from tests.e2e.conftest import (
+    Kubectl,
+    job_id_of,
+    marked_pod,
+    slurm_cli,
+    squeue,
+    wait_until,
+)
 from tests.e2e.faultkit import events_of, filler_job, pods, wait_bound, wait_gated_pending
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +46,7 @@ def condition(admin: Kubectl, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def job_of(admin: Kubectl, ns: str, name: str) -> str:
-    return str(admin.get("pod", name, ns)["metadata"]["annotations"][contract.A_JOB_ID])
+    return job_id_of(admin, name, ns)
 
 
 def test_plain_pod_never_lands_on_a_slurm_node(local: Local, admin: Kubectl, bridge: Bridge,

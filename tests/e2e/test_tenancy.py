@@ -20,7 +20,14 @@ import yaml
 from cluster.bridge import NAMESPACE
 from cluster.local import Local
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, slurm_idle, wait_until
+from tests.e2e.conftest import (
+    Kubectl,
+    job_id_of,
+    marked_pod,
+    slurm_cli,
+    slurm_idle,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -139,7 +146,7 @@ def test_account_limit_keeps_a_pod_gated_with_slurms_reason(local: Local, admin:
                 contract.A_JOB_REASON) == "AssocMaxJobsLimit", 30)
         describe = admin.run("describe", "pod", name, "-n", teams.a).stdout
         assert "AssocMaxJobsLimit" in describe  # condition/Event, where users look
-        job_id = held["metadata"]["annotations"][contract.A_JOB_ID]
+        job_id = job_id_of(admin, name, teams.a)
         # fair-share is part of the pending placeholder's priority
         prio = slurm_cli(local, "sprio", "-h", "-j", job_id, "-o", "%i %u %F")
         assert prio.split()[:2] == [job_id, "sg-team-a"], prio

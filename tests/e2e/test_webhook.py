@@ -12,7 +12,14 @@ from cluster.bridge import Bridge
 from cluster.local import Local
 from slurmgate import contract
 from slurmgate.slurm import JobInfo, SlurmClient
-from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, squeue, wait_until
+from tests.e2e.conftest import (
+    Kubectl,
+    job_id_of,
+    marked_pod,
+    scontrol_job,
+    squeue,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -22,11 +29,13 @@ def test_marked_pod_gated_with_sized_placeholder(local: Local, admin: Kubectl, b
     pod = marked_pod("web", "2Gi", {contract.A_TIME_LIMIT: "1:00:00",
                                     contract.A_PARTITION: "k8s"}, generate=True)
     created = json.loads(admin.apply(pod, "-n", ns, "-o", "json").stdout)
-    # what the apiserver stored at creation: gated, our scheduler, job recorded
+    # what the apiserver stored at creation: gated, our scheduler, the job submitted (or its
+    # submit still running when Slurm was slower than the webhook's budget)
     assert created["spec"]["schedulingGates"] == [{"name": contract.GATE}]
     assert created["spec"]["schedulerName"] == contract.SCHEDULER_NAME
     ann = created["metadata"]["annotations"]
-    job_id = ann[contract.A_JOB_ID]
+    assert ann[contract.A_JOB_STATE] in ("PENDING", contract.JOB_STATE_SUBMITTING), ann
+    job_id = job_id_of(admin, created["metadata"]["name"], ns)
     job = scontrol_job(local, job_id)
     assert job["MinMemoryNode"] in ("2048M", "2G")
     assert job["NumNodes"].split("-")[0] == "1"
@@ -86,8 +95,8 @@ def test_placeholder_is_exclusive_read_back_from_slurm(local: Local, admin: Kube
                                                        bridge: Bridge, ns: str) -> None:
     """Whatever the release and its REST dialect, the job Slurm runs for a Pod holds its whole
     node: read back from Slurm (REST and scontrol), not trusted from the request."""
-    created = json.loads(admin.apply(marked_pod("solo", "1Gi"), "-n", ns, "-o", "json").stdout)
-    job_id = int(created["metadata"]["annotations"][contract.A_JOB_ID])
+    admin.apply(marked_pod("solo", "1Gi"), "-n", ns)
+    job_id = int(job_id_of(admin, "solo", ns))
 
     async def read_back() -> JobInfo | None:
         async with SlurmClient(local.slurm.rest_url, local.slurm.token_file) as c:

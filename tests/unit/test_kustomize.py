@@ -27,6 +27,7 @@ import yaml
 from cluster import bridge, incluster
 from cluster.local import Local
 from slurmgate import contract, tenancy
+from slurmgate.webhook import config as webhook_config
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "kustomize"
@@ -379,6 +380,8 @@ def test_config_map(tree: Path) -> None:
     maps = {d["metadata"]["name"]: d for d in by_kind(render(tree, "base"), "ConfigMap")}
     data = maps["slurmgate-config"]["data"]
     assert data["FAIL_OPEN"] == "false"
+    # the webhook reads the map as it ships: waits for Slurm's answer, as the README says
+    assert webhook_config.load([], data).admission.submit_budget == 0.0
     assert {"SLURMREST_URL", "SLURM_USER", "DEFAULT_PARTITION"} <= set(data)
     # tenancy on by default, pointing at the policy the base deploys
     assert data["TENANCY_CONFIGMAP"] == "slurmgate-system/slurmgate-tenancy"
