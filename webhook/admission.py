@@ -283,7 +283,6 @@ class Admitter:
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
                          warnings=tuple(warnings))
 
-
     async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:
         t0 = time.perf_counter()
         try:
