@@ -24,6 +24,7 @@ from slurmgate.slurm import RUNNING, JobSpec
 WEBHOOK_NAME = "pods.slurmgate.io"
 APISERVER_HIST = "apiserver_admission_webhook_admission_duration_seconds"
 WEBHOOK_HIST = "slurmgate_webhook_request_duration_seconds"
+HANDOFFS = "slurmgate_webhook_submit_handoffs_total"
 
 
 async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
@@ -62,6 +63,8 @@ async def admission(env: Env, a: argparse.Namespace, results: dict[str, Any],
             "webhook_marked": hist_lat(wh_h),
             "webhook_unmarked_calls": util.hist_count(wh_u),
             "slurm_submit": hist_lat(sub_h),
+            # Pods admitted before Slurm answered their submit (the webhook's SUBMIT_BUDGET)
+            "handoffs": util.prom_sum(wh1, HANDOFFS) - util.prom_sum(wh0, HANDOFFS),
         }
         if filler is not None:
             await env.cancel_jobs([filler])

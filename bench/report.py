@@ -27,7 +27,8 @@ def table(results: dict[str, Any]) -> str:
     at = f".{round(phase * 1000):03d}" if phase is not None else "any"
     lines.append(f"bursts start at {at}"
                  f" of a second (slurmctld's tick is on whole seconds); slurmd at nice "
-                 f"{results.get('slurmd_nice', 0)}")
+                 f"{results.get('slurmd_nice', 0)}; webhook SUBMIT_BUDGET "
+                 f"{results.get('submit_budget', '0')} s")
     if results.get("node_probe"):
         lines.append("")
         lines.append("node probe (real slurmd, cluster.local.up)")
@@ -60,6 +61,10 @@ def table(results: dict[str, Any]) -> str:
                 h = x["slurm_submit"]
                 row(f"{label}: slurmrestd submit", h["p50_ms"], h["p95_ms"], h["p99_ms"],
                     h["n"])
+                if x.get("handoffs"):
+                    lines.append(f"{label}: {x['handoffs']:.0f} of {c['n']} admitted before "
+                                 f"Slurm answered (SUBMIT_BUDGET "
+                                 f"{results.get('submit_budget', '?')} s)")
         for label in ("unmarked", "marked"):
             t = adm["throughput"][label]
             c = t["client_create"]

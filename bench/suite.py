@@ -102,6 +102,8 @@ def run_version(a: argparse.Namespace, version: str, stamp: str,
         "slurm_version": version, "argv": sys.argv[1:], "bursts": [], "profiles": {},
         "concurrency": a.concurrency,
         "burst_phase": a.phase, "slurmd_nice": a.slurmd_nice,
+        # the webhook inherits the bench's environment (cluster.bridge)
+        "submit_budget": os.environ.get("SUBMIT_BUDGET", "0"),
         "binder_lease_seconds": os.environ.get("SLURMGATE_LEASE_SECONDS"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "mem_gib": round(os.sysconf("SC_PHYS_PAGES") * util.PAGE / 2**30, 1),

@@ -89,9 +89,10 @@ def test_table_header_names_the_release() -> None:
     r = results("24.11")
     del r["admission"]  # the table prints far more of it than these results hold
     assert table(r).splitlines()[0].startswith("slurmgate bench  Slurm 24.11  20261203-162556")
-    r.update(burst_phase=0.5, slurmd_nice=19)
+    r.update(burst_phase=0.5, slurmd_nice=19, submit_budget="0.1")
     assert table(r).splitlines()[1] == ("bursts start at .500 of a second (slurmctld's tick is "
-                                        "on whole seconds); slurmd at nice 19")
+                                        "on whole seconds); slurmd at nice 19; webhook "
+                                        "SUBMIT_BUDGET 0.1 s")
     # a release whose probe found no nodes still gets its table
     del r["nodes"]
     r["slurm_version"] = "22.05"
