@@ -28,7 +28,9 @@ def table(results: dict[str, Any]) -> str:
     lines.append(f"bursts start at {at}"
                  f" of a second (slurmctld's tick is on whole seconds); slurmd at nice "
                  f"{results.get('slurmd_nice', 0)}; webhook SUBMIT_BUDGET "
-                 f"{results.get('submit_budget', '0')} s")
+                 f"{results.get('submit_budget', '0')} s"
+                 + (f"; CPUs split: Slurm on {split['slurm']}, Kubernetes and slurmgate on "
+                    f"{split['kube']}" if (split := results.get("split_cpus")) else ""))
     if results.get("node_probe"):
         lines.append("")
         lines.append("node probe (real slurmd, cluster.local.up)")

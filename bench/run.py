@@ -119,6 +119,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="run every slurmd, and so every job, at this nice(1) level (0-19): "
                          "here the slurmd share the control plane's cores, at a site they "
                          "have machines of their own")
+    ap.add_argument("--split-cpus", action="store_true",
+                    help="Slurm's daemons and jobs on one half of the CPUs, Kubernetes and "
+                         "slurmgate on the other (bench/cpusplit.py), as if the slurmd had "
+                         "machines of their own")
     ap.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     ap.add_argument("--keep", action="store_true",
                     help="leave the (last release's) cluster running")

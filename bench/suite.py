@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import util
+from bench import cpusplit, util
 from bench.harness import Env
 from bench.phases import admission, choose_nodes, kube_floor, ours, slurm_floor
 from bench.report import code_fingerprint, table, targets
@@ -87,6 +87,13 @@ def _measure(a: argparse.Namespace, version: str, results: dict[str, Any],
     results["cluster_up_s"] = round(time.monotonic() - t0, 1)
     results["slurm_root"] = lc.slurm.root  # its name carries the Debian package version
     b = bridge_mod.up(lc)
+    if a.split_cpus:
+        slurm_cpus, kube_cpus = cpusplit.halves(os.sched_getaffinity(0))
+        pinned = cpusplit.apply(slurm_cpus, kube_cpus)
+        results["split_cpus"] = {"slurm": sorted(slurm_cpus), "kube": sorted(kube_cpus),
+                                 "processes": pinned}
+        log(f"CPUs split: Slurm on {sorted(slurm_cpus)} ({pinned['slurm']} processes), "
+            f"Kubernetes and slurmgate on {sorted(kube_cpus)} ({pinned['kube']})")
     results["code"] = code_fingerprint()  # what the webhook and binder just loaded
     asyncio.run(run_all(a, lc, b, results, prof_dir))
 

@@ -73,7 +73,7 @@ def python_role(cmdline: str, parent_role: str | None = None) -> str:
     return "python"
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
             errors="replace")
@@ -85,7 +85,7 @@ def cpu_by_command() -> dict[tuple[int, str], float]:
     """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
     hooks and steps count for it) of every process on the host; Python processes by role."""
     stats = proc.proc_stats()
-    cmdlines = {pid: _cmdline(pid) for pid, (comm, _) in stats.items()
+    cmdlines = {pid: cmdline(pid) for pid, (comm, _) in stats.items()
                 if comm.startswith("python")}
     roles = {pid: python_role(cmd) for pid, cmd in cmdlines.items()}
     for pid, role in roles.items():  # workers after their parents are named
