@@ -15,7 +15,8 @@ from bench import util
 from cluster import proc
 
 # /proc/pid/comm, cut at 15 characters by the kernel
-SLURM_COMMANDS = ("slurmctld", "slurmscriptd", "slurmrestd", "slurmd", "slurmstepd")
+SLURM_COMMANDS = ("slurmctld", "slurmscriptd", "slurmrestd", "slurmd", "slurmstepd",
+                  "slurmdbd", "mariadbd")  # accounting is Slurm's too
 KUBE_COMMANDS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
 OURS = ("python:binder", "python:binder-worker", "python:webhook", "python:bench")
 

@@ -20,6 +20,7 @@ def test_halves_give_slurm_the_upper_half() -> None:
 
 @pytest.mark.parametrize("comm,role,want", [
     ("slurmd", None, "slurm"), ("slurmscriptd", None, "slurm"), ("slurmstepd", None, "slurm"),
+    ("mariadbd", None, "slurm"),
     ("kube-apiserver", None, "kube"), ("kube-controller", None, "kube"), ("etcd", None, "kube"),
     ("python3", "python:binder", "kube"), ("python3", "python:binder-worker", "kube"),
     ("python3", "python", None), ("sshd", None, None), ("sleep", None, None),
