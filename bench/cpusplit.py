@@ -47,12 +47,7 @@ def apply(slurm_cpus: frozenset[int], kube_cpus: frozenset[int],
     (a slurmd's steps and hooks)."""
     counts = {"slurm": 0, "kube": 0}
     stats = proc.proc_stats()
-    ppid = {pid: int(rest[1]) for pid, (_, rest) in stats.items()}
-    roles: dict[int, str] = {}
-    for pid in sorted(stats):  # parents before children, mostly: a worker takes its role
-        comm = stats[pid][0]
-        if comm.startswith("python"):
-            roles[pid] = util.python_role(util.cmdline(pid), roles.get(ppid.get(pid, 0)))
+    roles = util.python_roles(stats)
     for pid, (comm, _) in stats.items():
         which = side(comm, roles.get(pid)) if only is None or pid in only else None
         if which is None:

@@ -85,14 +85,20 @@ def cpu_by_command() -> dict[tuple[int, str], float]:
     """(pid, command) -> utime + stime (children that were waited for included: a slurmd's
     hooks and steps count for it) of every process on the host; Python processes by role."""
     stats = proc.proc_stats()
+    roles = python_roles(stats)
+    return {(pid, roles.get(pid, comm)): sum(int(x) for x in f[11:15]) / CLK_TCK
+            for pid, (comm, f) in stats.items()}
+
+
+def python_roles(stats: dict[int, tuple[str, list[str]]]) -> dict[int, str]:
+    """pid -> role (python_role) of every Python process in `stats` (proc.proc_stats())."""
     cmdlines = {pid: cmdline(pid) for pid, (comm, _) in stats.items()
                 if comm.startswith("python")}
     roles = {pid: python_role(cmd) for pid, cmd in cmdlines.items()}
     for pid, role in roles.items():  # workers after their parents are named
         if role == "python:worker":
             roles[pid] = python_role(cmdlines[pid], roles.get(int(stats[pid][1][1])))
-    return {(pid, roles.get(pid, comm)): sum(int(x) for x in f[11:15]) / CLK_TCK
-            for pid, (comm, f) in stats.items()}
+    return roles
 
 
 def cpu_delta(before: dict[tuple[int, str], float],
