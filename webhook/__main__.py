@@ -56,6 +56,7 @@ async def run(cfg: WebhookConfig) -> None:
              asyncio.create_task(reloader.run()), asyncio.create_task(policy.run())]
     log.info("webhook serving", extra=kv(listen=cfg.listen, slurmrestd=s.url,
                                          fail_open=settings.fail_open,
+                                         submit_budget=settings.submit_budget,
                                          tenancy=str(cfg.tenancy_configmap or "off")))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
