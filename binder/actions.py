@@ -129,10 +129,7 @@ class Actions:
         except SlurmError as e:
             await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
             raise
-        now = time.time()
-        self.submitted = {c: v for c, v in self.submitted.items()
-                          if now - v[1] < SUBMITTED_KEEP}
-        self.submitted[claim] = (job_id, now)
+        self._remember_submit(claim, job_id)
         await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
                                     contract.A_JOB_STATE: PENDING,
                                     contract.A_JOB_REASON: "",
@@ -142,6 +139,12 @@ class Actions:
                                f"submitted placeholder job {job_id}"
                                + (f" as Slurm user {spec.user}" if spec.user else ""))
         return None
+
+    def _remember_submit(self, claim: str, job_id: int) -> None:
+        now = time.time()
+        self.submitted = {c: v for c, v in self.submitted.items()
+                          if now - v[1] < SUBMITTED_KEEP}
+        self.submitted[claim] = (job_id, now)
 
     async def submit_group(self, gkey: str, members: list[Pod],
                            unclaimed: UnclaimedJobs) -> float | None:
@@ -183,6 +186,7 @@ class Actions:
                 await asyncio.gather(*(self.events.emit(p, contract.EV_SUBMIT_FAILED, str(e),
                                                         warning=True) for p in members))
                 raise
+        self._remember_submit(claim, job_id)  # before the members' claims reach the watch
         now = str(int(time.time()))
         await asyncio.gather(*(self.set_status(p, {
             contract.A_CLAIM: claim, contract.A_JOB_ID: str(job_id),

@@ -32,6 +32,7 @@ from slurmgate.binder.podview import (
     condition_stale,
     created,
     expected_condition,
+    handoff_left,
     holds_node,
     is_gated,
     job_status,
@@ -166,7 +167,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     job = job_of(claim)
     if job is None:
         return _without_job(u, claim, holders, w)
-    if _newer_job_submitted(claim, holders, job, w):
+    if _newer_job_submitted(claim, holders, job, w) or _claim_arriving(u, claim, holders, w):
         return Decision(WAIT, requeue_after=0.5)
     if job.state in LAUNCH_FAILED_STATES and not job.preempted and not any(
             bound(p) for p in holders):
@@ -205,6 +206,18 @@ def _newer_job_submitted(claim: str, holders: tuple[Pod, ...], job: JobInfo,
         return True
     ours = w.submitted.get(claim)
     return ours is not None and ours[0] > job.job_id and w.now - ours[1] < w.vanish_grace
+
+
+def _claim_arriving(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> bool:
+    """We gave a gang this claim a moment ago and the watch has not brought it on every member
+    yet (its job may show in a poll first): the members still without a claim have not left,
+    so the group is not released for them."""
+    ours = w.submitted.get(claim)
+    if not u.gang or len(holders) >= u.size or ours is None or w.now - ours[1] >= \
+            w.vanish_grace:
+        return False
+    unclaimed = sum(1 for p in u.members if live(p) and is_gated(p) and not claim_of(p))
+    return len(holders) + unclaimed >= u.size
 
 
 def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
@@ -252,7 +265,7 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
     gated = tuple(p for p in holders if not bound(p))
     named = [p for p in holders if ann(p).get(contract.A_JOB_ID)
              and ann(p).get(contract.A_JOB_STATE) != contract.JOB_STATE_SUBMIT_PENDING]
-    if not named and gated and (left := _handoff_left(gated, w)) > 0:
+    if not named and gated and (left := handoff_left(gated, w.now, w.handoff_grace)) > 0:
         # the webhook's submit outlived its budget and may still land: its job carries the
         # claim, so the poll that sees it brings the Pod back here
         return Decision(WAIT, requeue_after=left)
@@ -271,16 +284,6 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
                else f"job {job_id} is no longer known to Slurm"
                + ("" if on_nodes else "; submitted a new placeholder job"))
     return _start_over(u, None, claim, holders, contract.EV_JOB_VANISHED, message)
-
-
-def _handoff_left(gated: tuple[Pod, ...], w: World) -> float:
-    """Seconds the webhook's handed-off submit may still be in flight (0: not handed off, or
-    past the grace)."""
-    if not any(ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING
-               for p in gated):
-        return 0.0
-    # clamped: the annotation is the Pod's, and a clock ahead of ours must not park it
-    return min(w.handoff_grace, max(0.0, submitted_at(list(gated)) + w.handoff_grace - w.now))
 
 
 def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ...],

@@ -92,6 +92,16 @@ def submitted_at(pods: list[Pod]) -> float:
         return 0.0
 
 
+def handoff_left(gated: tuple[Pod, ...], now: float, grace: float) -> float:
+    """Seconds the webhook's handed-off submit for these Pods may still be in flight (0: not
+    handed off, or past the grace)."""
+    if not any(ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING
+               for p in gated):
+        return 0.0
+    # clamped: the annotation is the Pod's, and a clock ahead of ours must not park it
+    return min(grace, max(0.0, submitted_at(list(gated)) + grace - now))
+
+
 def holds_node(job: JobInfo) -> bool:
     """The job's placeholder may still be on its Node (PREEMPTED included, see models.py)."""
     return job.state not in RELEASED_STATES

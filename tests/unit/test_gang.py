@@ -159,3 +159,20 @@ def test_group_job_requeued_after_node_failure_releases_the_group() -> None:
     d = decide_group(ms, jobs(job("PENDING")), w)
     assert (d.action, d.reason) == (gang.RELEASE, "SlurmNodeFailed")
     assert len(d.evict) == 3 and d.cancel is None  # cancelled once no member runs
+
+
+def test_members_whose_claim_has_not_reached_the_watch_have_not_left() -> None:
+    # The binder submitted job 9 under claim c for all three; a poll shows the job before the
+    # watch brings the claim on m2 (CI saw the group released and resubmitted for this).
+    ms = [member(0, "c"), member(1, "c"), member(2)]
+    just = dataclasses.replace(W, submitted={"c": (9, NOW - 0.1)})
+    assert decide_group(ms, jobs(job("PENDING")), just).action == gang.WAIT
+    assert decide_group(ms, jobs(job("RUNNING", ("n1", "n2", "n3"))), just).action == gang.WAIT
+    # without our record of that submit (another binder made it), a member without the claim
+    # has left: the group is released, as before
+    assert decide_group(ms, jobs(job("PENDING")), W).action == gang.RELEASE
+    # so it has when it was deleted meanwhile, or when the submit is long past
+    gone = [member(0, "c"), member(1, "c"), member(2, deleting=True)]
+    assert decide_group(gone, jobs(job("PENDING")), just).action == gang.RELEASE
+    late = dataclasses.replace(just, now=NOW + W.vanish_grace + 1)
+    assert decide_group(ms, jobs(job("PENDING")), late).action == gang.RELEASE
