@@ -277,7 +277,7 @@ class Admitter:
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         metrics.DECISIONS.labels("gated").inc()
         log.info("placeholder job submitted",
-                 extra=kv(pod=f"{namespace}/{display}", job=job_id, claim=claim,
+                 extra=kv(pod=pod_ref, job=job_id, claim=claim,
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
                           user=r.user, account=r.account, qos=r.qos, nice=r.nice))
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
