@@ -67,6 +67,9 @@ def handler(token: bytes, leading: Callable[[], JobTracker | None]) -> Handler:
             return _bad(f"nodes: {e}")
         tracker = leading()
         if tracker is None:
+            # counted: a hook listing every replica reaches standbys too, and a standby alone
+            # counting pushes tells an operator the hook is pointed away from the leader
+            metrics.SLURM_PUSHES.labels(event, "standby").inc()
             return web.Response(status=503, text="not the leader\n")
         outcome = tracker.pushed(int(job_s), event, nodes)
         metrics.SLURM_PUSHES.labels(event, outcome).inc()

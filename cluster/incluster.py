@@ -28,6 +28,7 @@ import yaml
 
 from cluster import bridge, kube, realnode
 from cluster.local import DEFAULT_RUN_DIR, Local, kubectl, load
+from slurmgate import contract
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "slurmgate-system"
@@ -189,19 +190,61 @@ def push_endpoints(local: Local) -> list[str]:
 
 
 def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.0) -> list[str]:
-    """slurmctld's hook tells the leading binder: the Service slurmgate-binder's one endpoint.
-    The host has no kube-proxy to reach the Service's ClusterIP, so the hook is given the Pod
-    IP behind it (the host reaches the Node's bridge); rewritten after a handover."""
+    """slurmctld's hook tells every binder Pod; the leader acts, a standby answers 503. An
+    operator points it at the Service slurmgate-binder, which follows the leader (one endpoint,
+    test_incluster.py checks it). The host has no kube-proxy to reach a ClusterIP, and the Pod
+    IP behind the Service at one moment goes stale when the Lease changes hands (a renewal
+    missed under load): so the hook lists each binder Pod's IP, which the hook supports for
+    replicas outside a cluster, and a handover between the running Pods loses no push.
+    Rewritten when a Pod is replaced (a new IP)."""
     ips: list[str] = []
 
-    def one_leader() -> bool:
+    def every_pod_and_a_leader() -> bool:
         nonlocal ips
-        ips = push_endpoints(local)
-        return len(ips) == 1
+        running = pods(local)
+        ips = sorted(p["status"]["podIP"] for p in running
+                     if (p.get("status") or {}).get("podIP"))
+        return bool(ips) and len(ips) == len(running) and leader(local) is not None
 
-    kube.wait_for("the push Service at the leading binder alone", one_leader, timeout)
+    kube.wait_for("every binder Pod with an IP, one leading", every_pod_and_a_leader, timeout)
     bridge.point_hook(local, [f"{ip}:{BINDER_PORT}" for ip in ips], token)
     return ips
+
+
+def hook_endpoints(local: Local) -> list[str]:
+    """The `host:port` lines the hook pushes to now."""
+    path = Path(local.slurm.run_dir) / "hook" / "slurmgate" / "endpoint"
+    return path.read_text().split() if path.exists() else []
+
+
+def follow_leader(local: Local, b: bridge.Bridge) -> None:
+    """Before a test: the Bridge's binder URL (metrics, the push listener) at the Pod leading
+    now, and the hook at the Pods running now. Both move only when the Lease or a Pod does."""
+    by_name = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP")
+               for p in pods(local)}
+    holder = leader(local)
+    if holder is not None and by_name.get(holder):
+        b.binder_url = f"http://{by_name[holder]}:{BINDER_PORT}"
+    if sorted(hook_endpoints(local)) != sorted(f"{ip}:{BINDER_PORT}" for ip in by_name.values()
+                                               if ip):
+        point_push_hook(local)
+
+
+def describe(local: Local) -> str:
+    """For a failed test's report: who holds the Lease, each Pod's IP and restarts, and where
+    the hook pushes."""
+    p = kubectl(local.kube, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
+    spec = (json.loads(p.stdout).get("spec") or {}) if p.returncode == 0 else {}
+    lines = [f"lease holder {spec.get('holderIdentity')} transitions "
+             f"{spec.get('leaseTransitions')} renewed {spec.get('renewTime')}"]
+    for pod in pods(local):
+        st = pod.get("status") or {}
+        restarts = {c["name"]: c.get("restartCount") for c in st.get("containerStatuses") or []}
+        labels = pod["metadata"].get("labels") or {}
+        lines.append(f"pod {pod['metadata']['name']} ip {st.get('podIP')} restarts {restarts} "
+                     f"leader-label {labels.get(contract.LEADER_LABEL)}")
+    lines.append(f"hook endpoints {hook_endpoints(local)}")
+    return "\n".join(lines)
 
 
 def as_bridge(local: Local, ic: InCluster) -> bridge.Bridge:

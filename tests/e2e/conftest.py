@@ -156,6 +156,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         except Exception as e:  # Slurm may be what a fault test took down
             state = f"Slurm not readable: {e}"
         rep.sections.append(("slurm at failure", state))
+        if IN_CLUSTER:
+            try:
+                rep.sections.append(("slurmgate's Pods at failure", incluster.describe(lc)))
+            except Exception as e:  # the API server may be what a fault test took down
+                rep.sections.append(("slurmgate's Pods at failure", f"not readable: {e}"))
 
 
 @pytest.fixture(scope="session")
@@ -194,6 +199,16 @@ def bridge(local: local_mod.Local) -> Iterator[bridge_mod.Bridge]:
         yield b
     finally:
         bridge_mod.down(RUN_DIR)
+
+
+@pytest.fixture(autouse=True)
+def _follow_the_leading_binder(request: pytest.FixtureRequest) -> None:
+    """In-cluster, the Lease may change hands between tests (a renewal missed under load is
+    a normal handover): the Bridge's binder URL and the push hook follow it, as the push
+    Service does for an operator. Host processes have one binder: nothing to follow."""
+    if IN_CLUSTER and "bridge" in request.fixturenames:
+        incluster.follow_leader(request.getfixturevalue("local"),
+                                request.getfixturevalue("bridge"))
 
 
 def slurm_cli(local: local_mod.Local, *args: str) -> str:

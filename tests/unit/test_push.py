@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from slurmgate.binder import push
+from slurmgate.binder import metrics, push
 from slurmgate.binder.jobs import JobTracker
 from slurmgate.slurm import JobInfo
 
@@ -145,11 +145,14 @@ async def test_listener_checks_the_token_and_the_body() -> None:
 
 
 async def test_a_standby_replica_says_so() -> None:
+    standby = metrics.SLURM_PUSHES.labels("started", "standby")
+    before = standby._value.get()
     c = await _client(None)
     try:
         r = await c.post(push.PATH, data={"job": "5", "event": "started"},
                          headers={"Authorization": "Bearer " + TOKEN.decode()})
         assert r.status == 503
+        assert standby._value.get() == before + 1  # an operator can see where pushes go
     finally:
         await c.close()
 
