@@ -14,6 +14,12 @@ from slurmgate.logs import kv
 
 log = logging.getLogger("slurmgate.leader")
 
+# A leader steps down when its Lease has not been renewed for this share of the lease (the
+# rest is the margin before a standby may take it); client-go's defaults are 10 s of 15.
+RENEW_DEADLINE = 0.8
+# After a failed renewal the next try comes after this share of the renew period.
+RETRY_FRACTION = 0.4
+
 
 def _ts(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -90,23 +96,40 @@ class LeaderElector:
             await asyncio.sleep(self.renew_seconds / 2)
 
     async def keep(self) -> None:
-        """Renew until we cannot within the lease; then return (caller exits)."""
-        last_ok = asyncio.get_running_loop().time()
+        """Renew until we cannot within RENEW_DEADLINE of the lease; then return (the caller
+        exits). After a failed renewal the next try comes sooner (like client-go's retry
+        period), so one slow answer from the API server is not two-fifths of the window. A
+        renewal still unanswered at the deadline is abandoned: past it the standby may hold
+        the Lease, and a leader waiting on its request would act beside it."""
+        loop = asyncio.get_running_loop()
+        window = self.lease_seconds * RENEW_DEADLINE
+        retry = min(self.renew_seconds, max(0.2, self.renew_seconds * RETRY_FRACTION))
+        last_ok = loop.time()
+        delay = self.renew_seconds
         while True:
-            await asyncio.sleep(self.renew_seconds)
+            # never sleep past the deadline: stepping down then is the point of it
+            await asyncio.sleep(max(0.0, min(delay, last_ok + window - loop.time())))
+            sent = loop.time()  # the renewTime written is about now: the window counts from it
+            left = last_ok + window - sent
             try:
-                if await self._try():
-                    last_ok = asyncio.get_running_loop().time()
-                    continue
+                if left <= 0:
+                    raise TimeoutError
+                renewed = await asyncio.wait_for(self._try(), left)
+            except Exception as e:
+                if loop.time() - last_ok >= window:
+                    log.error("lease not renewed in time; stepping down",
+                              extra=kv(error=str(e) or type(e).__name__))
+                    self.is_leader = False
+                    return
+                log.warning("lease renew failed", extra=kv(error=str(e) or type(e).__name__))
+                delay = retry
+                continue
+            if not renewed:
                 log.error("lease lost to another holder")
                 self.is_leader = False
                 return
-            except Exception as e:
-                log.warning("lease renew failed", extra=kv(error=str(e)))
-            if asyncio.get_running_loop().time() - last_ok > self.lease_seconds * 0.8:
-                log.error("lease not renewed in time; stepping down")
-                self.is_leader = False
-                return
+            last_ok = sent
+            delay = self.renew_seconds
 
 
 async def label_own_pod(kube: KubeClient, namespace: str | None, pod: str | None,
