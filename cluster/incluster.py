@@ -217,16 +217,21 @@ def hook_endpoints(local: Local) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def _ips_and_leader(local: Local) -> tuple[dict[str, str], str | None]:
+    """Each binder Pod's IP by name (those with one), and the Pod leading, if it has an IP."""
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods(local)
+           if (p.get("status") or {}).get("podIP")}
+    holder = leader(local)
+    return ips, holder if holder in ips else None
+
+
 def follow_leader(local: Local, b: bridge.Bridge) -> None:
     """Before a test: the Bridge's binder URL (metrics, the push listener) at the Pod leading
     now, and the hook at the Pods running now. Both move only when the Lease or a Pod does."""
-    by_name = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP")
-               for p in pods(local)}
-    holder = leader(local)
-    if holder is not None and by_name.get(holder):
-        b.binder_url = f"http://{by_name[holder]}:{BINDER_PORT}"
-    if sorted(hook_endpoints(local)) != sorted(f"{ip}:{BINDER_PORT}" for ip in by_name.values()
-                                               if ip):
+    ips, holder = _ips_and_leader(local)
+    if holder is not None:
+        b.binder_url = f"http://{ips[holder]}:{BINDER_PORT}"
+    if sorted(hook_endpoints(local)) != sorted(f"{ip}:{BINDER_PORT}" for ip in ips.values()):
         point_push_hook(local)
 
 
@@ -255,12 +260,11 @@ def as_bridge(local: Local, ic: InCluster) -> bridge.Bridge:
     run_dir = Path(ic.run_dir)
     sa_kc = run_dir / "slurmgate.kubeconfig"
     bridge.sa_kubeconfig(local, sa_kc)
-    by_name = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods(local)}
-    holder = leader(local)
-    if holder is None or holder not in by_name:
+    ips, holder = _ips_and_leader(local)
+    if holder is None:
         raise RuntimeError("no binder Pod leads")
-    return bridge.Bridge(str(run_dir), str(sa_kc), f"https://{by_name[holder]}:8443",
-                         f"http://{by_name[holder]}:{BINDER_PORT}", env=dict(ic.settings))
+    return bridge.Bridge(str(run_dir), str(sa_kc), f"https://{ips[holder]}:8443",
+                         f"http://{ips[holder]}:{BINDER_PORT}", env=dict(ic.settings))
 
 
 def down(local: Local | None = None, timeout: float = 60.0) -> None:
