@@ -22,6 +22,7 @@ from cluster import local as local_mod
 from cluster.realnode import NodeSpec
 from slurmgate import contract
 from tests.e2e.conftest import Kubectl, squeue, wait_until
+from tests.e2e.faultkit import metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.incluster]
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -149,6 +150,14 @@ def test_killing_the_leader_pod_hands_over(cluster: local_mod.Local, admin: Kube
     wait_until("the push Service at the new leader alone", lambda: incluster.push_endpoints(
         cluster) == [by_name[new]], 60)
     incluster.point_push_hook(cluster)
+    new_url = f"http://{by_name[new]}:{incluster.BINDER_PORT}"
+
+    def heard() -> float:  # starts pushed to it and taken, not refused as a standby
+        return sum(metric(new_url, "slurmgate_binder_slurm_pushes_total",
+                          f'event="started",outcome="{o}"')
+                   for o in ("applied", "known", "early", "applied_late"))
+
+    heard0 = heard()
     admin.apply(marked("after-handover", deployed.image, SCRIPT), "-n", NS)
     wait_until("after-handover Running on the real Slurm Node", lambda: (
         (p := _pod(admin, "after-handover", NS))["spec"].get("nodeName") == SLURM_REAL
@@ -156,3 +165,5 @@ def test_killing_the_leader_pod_hands_over(cluster: local_mod.Local, admin: Kube
     lease = json.loads(admin.run("get", "lease", "-n", incluster.NAMESPACE, incluster.LEASE,
                                  "-o", "json").stdout)
     assert lease["spec"]["holderIdentity"] == new
+    # slurmctld's hook reaches the new leader: it heard the start of after-handover's job
+    wait_until("the new leader heard a job's start pushed", lambda: heard() > heard0, 30)
