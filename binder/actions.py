@@ -324,5 +324,7 @@ class Actions:
                                    {"preconditions": {"uid": meta["uid"]}})
         self._evict_refused_since.pop(key, None)
         metrics.EVICTIONS.labels(reason).inc()
+        # the Events expire after an hour; the log keeps why Slurm took the Node back
+        log.info("pod evicted", extra=kv(pod=key, reason=reason, message=message))
         await self.events.emit(pod, contract.EV_EVICTED, f"evicted: {message}", warning=True)
         return None

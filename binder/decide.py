@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
-from slurmgate.binder.ending import END_REASONS, end_message, end_reason
+from slurmgate.binder.ending import END_REASONS, end_message, end_reason, end_unclear
 from slurmgate.binder.podview import (
     Condition,
     NodeRef,
@@ -89,11 +89,17 @@ class World:
 
 def needs_node_states(u: Unit, job_of: JobOf) -> bool:
     """Whether World.failed_nodes matters for this unit: a Pod on a Node whose job is back in
-    the queue (only then is the Slurm node list worth a REST call)."""
+    the queue, or ends without saying why (only then is the Slurm node list worth a REST
+    call)."""
     claim = u.claim()
     job = job_of(claim) if claim else None
-    return job is not None and job.state in WAITING_STATES and any(
+    return job is not None and (job.state in WAITING_STATES or end_unclear(job)) and any(
         bound(p) and live(p) and claim_of(p) == claim for p in u.members)
+
+
+def _node_failed(on_nodes: tuple[Pod, ...], w: World) -> bool:
+    # the Pods' annotations, not job.nodes: 22.05 lists no nodes for a COMPLETING job
+    return any(ann(p).get(contract.A_SLURM_NODE) in w.failed_nodes for p in on_nodes if bound(p))
 
 
 @dataclass(frozen=True)
@@ -178,8 +184,10 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
                            end_reason(job), f"Slurm job {job.job_id} {job.state} before the "
                            f"Pod started ({job.reason}); submitted a new placeholder job")
     if job.state in ENDING_STATES or job.preempted:
-        return Decision(EVICT, evict=holders, job=job, reason=end_reason(job),
-                        status=job_status(job), message=end_message(job, holders, u.gang))
+        failed = _node_failed(holders, w)
+        return Decision(EVICT, evict=holders, job=job, reason=end_reason(job, failed),
+                        status=job_status(job),
+                        message=end_message(job, holders, u.gang, failed))
     succeeded = sum(1 for p in u.members if claim_of(p) == claim and phase(p) == "Succeeded")
     if len(holders) + succeeded < u.size and holds_node(job):
         # members finishing normally keep the group; one that failed or left releases it
@@ -309,7 +317,7 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
         # Requeued under a running Pod: its Node went back to Slurm. 22.05 requeues the
         # placeholder after a node failure (it ignores requeue=false), so the node's state tells
         # the cause. The requeued job is of no use to a Pod that is evicted: it goes too.
-        failed = any(ann(p).get(contract.A_SLURM_NODE) in w.failed_nodes for p in on_nodes)
+        failed = _node_failed(on_nodes, w)
         reason = contract.EV_NODE_FAILED if failed else contract.EV_JOB_REQUEUED
         message = (f"Slurm job {job.job_id} was requeued"
                    + (" after its node failed" if failed else "") + "; the Node goes back to "

@@ -24,8 +24,6 @@ END_BY_SLURM_REASON = {
     "NodeDown": contract.EV_NODE_FAILED,
 }
 
-
-
 # The same, in words, for the Event's message.
 ENDED_BY = {
     contract.EV_JOB_PREEMPTED: "was preempted",
@@ -35,10 +33,19 @@ ENDED_BY = {
 }
 
 
-def end_reason(job: JobInfo) -> str:
+def end_unclear(job: JobInfo) -> bool:
+    """Whether Slurm's answer alone cannot tell why the job ends: 22.05 shows a job that is
+    COMPLETING without any reason both after a `scancel` and, for a moment before it requeues
+    it, after its node went DOWN. The node's state tells them apart."""
+    return (not job.preempted and job.state == COMPLETING and job.reason in ("", "None")
+            and not any(st in END_REASONS for st in job.state_flags))
+
+
+def end_reason(job: JobInfo, node_failed: bool = False) -> str:
     """Why a Pod is evicted from its job's Node: from the end state (24.11+ list it beside
     COMPLETING), else from Slurm's reason. A placeholder never exits by itself, so one that is
-    COMPLETING with neither was cancelled: that is how a `scancel` looks on 22.05."""
+    COMPLETING with neither was cancelled, unless its node failed (`node_failed`, from the
+    node list; see end_unclear)."""
     if job.preempted:
         return contract.EV_JOB_PREEMPTED
     for st in (job.state, *sorted(job.state_flags)):
@@ -46,14 +53,15 @@ def end_reason(job: JobInfo) -> str:
             return END_REASONS[st]
     if job.reason in END_BY_SLURM_REASON:
         return END_BY_SLURM_REASON[job.reason]
-    if job.state == COMPLETING and job.reason in ("", "None"):
-        return contract.EV_JOB_CANCELLED
+    if end_unclear(job):
+        return contract.EV_NODE_FAILED if node_failed else contract.EV_JOB_CANCELLED
     return contract.EV_JOB_ENDED
 
 
-def end_message(job: JobInfo, pods: tuple[Pod, ...], gang: bool) -> str:
+def end_message(job: JobInfo, pods: tuple[Pod, ...], gang: bool,
+                node_failed: bool = False) -> str:
     """The eviction's message: whose job ended, how, and what happens to the Node."""
-    what = ENDED_BY.get(end_reason(job), "ended")
+    what = ENDED_BY.get(end_reason(job, node_failed), "ended")
     detail = ", ".join(x for x in (job.state, job.reason) if x not in ("", "None"))
     why = f"{'the group' if gang else 'Slurm'}'s job {job.job_id} {what} ({detail})"
     if gang:

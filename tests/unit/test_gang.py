@@ -161,6 +161,17 @@ def test_group_job_requeued_after_node_failure_releases_the_group() -> None:
     assert len(d.evict) == 3 and d.cancel is None  # cancelled once no member runs
 
 
+def test_group_job_completing_without_a_reason_on_a_failed_node_says_so() -> None:
+    # 22.05's moment between a node going DOWN and the requeue: COMPLETING, reason None
+    ms = [member(i, "c", f"kwok-n{i + 1}") for i in range(3)]
+    for i, m in enumerate(ms):
+        m["metadata"]["annotations"][contract.A_SLURM_NODE] = f"n{i + 1}"
+    j = dataclasses.replace(job("COMPLETING"), reason="None")
+    down = decide_group(ms, jobs(j), dataclasses.replace(W, failed_nodes=frozenset({"n3"})))
+    assert (down.action, down.reason, len(down.evict)) == (gang.EVICT, "SlurmNodeFailed", 3)
+    assert decide_group(ms, jobs(j), W).reason == "SlurmJobCancelled"
+
+
 def test_members_whose_claim_has_not_reached_the_watch_have_not_left() -> None:
     # The binder submitted job 9 under claim c for all three; a poll shows the job before the
     # watch brings the claim on m2 (CI saw the group released and resubmitted for this).

@@ -150,6 +150,27 @@ def test_end_reason_from_what_slurm_says(st: str, flags: tuple[str, ...], reason
     assert decide(pod(False, "kwok-n1"), j, W).reason == want
 
 
+@pytest.mark.parametrize("flags,failed,want", [
+    # 22.05 shows a job whose node went DOWN as COMPLETING without a reason for a moment
+    # before it requeues it (seen with squeue polled every 20 ms): the node list decides
+    ((), frozenset({"n1"}), "SlurmNodeFailed"),
+    ((), frozenset(), "SlurmJobCancelled"),
+    ((), frozenset({"n2"}), "SlurmJobCancelled"),  # another node's failure says nothing
+    # 24.11+ name the end state; a node down at the same time does not change it
+    (("CANCELLED", "COMPLETING"), frozenset({"n1"}), "SlurmJobCancelled"),
+])
+def test_a_job_completing_without_a_reason_asks_the_node_list(
+        flags: tuple[str, ...], failed: frozenset[str], want: str) -> None:
+    p = pod(False, "kwok-n1", A_SLURM_NODE="n1")
+    j = dataclasses.replace(job("COMPLETING", (), reason="None"), state_flags=frozenset(flags))
+    assert state.needs_node_states(state.Unit.single(p), lambda _c: j) == (not flags)
+    d = decide(p, j, dataclasses.replace(W, failed_nodes=failed))
+    assert (d.action, d.reason) == (state.EVICT, want)
+    assert ("lost its node" in d.message) == (want == "SlurmNodeFailed")
+    # a Pod not on a Node yet needs no node list
+    assert not state.needs_node_states(state.Unit.single(pod()), lambda _c: j)
+
+
 def _cond(d: state.Decision) -> dict:
     ((_, c),) = d.conditions
     return c
