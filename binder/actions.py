@@ -59,7 +59,7 @@ class Actions:
         # job id -> when we cancelled it: a group never adopts such a job, though it may still
         # look alive (until the next poll, or for good if slurmctld lost the cancel in a crash)
         self.cancelled: dict[int, float] = {}
-        # claim -> (job id, wall time) of a single Pod's latest submit, for decide.World
+        # claim -> (job id, wall time) of a single Pod's latest submit, for decision.World
         self.submitted: dict[str, tuple[int, float]] = {}
         # the condition and lookups after a bind; they wait while binds are in flight
         self.background = BackgroundWrites(kube)

@@ -17,7 +17,7 @@ from slurmgate import contract, tenancy
 from slurmgate.binder import actions, decide, metrics
 from slurmgate.binder.actions import Actions
 from slurmgate.binder.config import ReconcileSettings
-from slurmgate.binder.decide import Decision, Unit, World
+from slurmgate.binder.decision import Decision, Unit, World
 from slurmgate.binder.events import Recorder
 from slurmgate.binder.index import Index, Request
 from slurmgate.binder.informer import Informer

@@ -16,11 +16,24 @@ any moment just decides again. Unit-tested without any cluster.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from slurmgate import contract
+from slurmgate.binder.decision import (
+    BIND,
+    CANCEL,
+    EVICT,
+    NOTHING,
+    RELEASE,
+    RESUBMIT,
+    STATUS,
+    SUBMIT,
+    WAIT,
+    Bind,
+    Decision,
+    JobOf,
+    Unit,
+    World,
+)
 from slurmgate.binder.ending import END_REASONS, end_message, end_reason, end_unclear
 from slurmgate.binder.podview import (
     Condition,
@@ -38,12 +51,10 @@ from slurmgate.binder.podview import (
     job_status,
     lacks_gpus,
     live,
-    live_claim,
     needs_kill,
     occupies,
     phase,
     rank_key,
-    size_of,
     stale_status,
     submitted_at,
 )
@@ -53,38 +64,10 @@ from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
 # own, not a user's or admin's decision (CANCELLED) or a limit (TIMEOUT).
 LAUNCH_FAILED_STATES = frozenset({"FAILED", "BOOT_FAIL", "NODE_FAIL", "LAUNCH_FAILED"})
 
-# The one set of actions (also the `action` label of the reconcile metric).
-NOTHING = "Nothing"
-WAIT = "Wait"
-SUBMIT = "Submit"
-STATUS = "UpdateStatus"
-BIND = "Bind"
-EVICT = "Evict"
-CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
-RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
-RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
-
-# re-exported for callers
-__all__ = ["END_REASONS", "NodeRef", "end_reason", "holds_node", "is_gated", "job_status"]
-
-
-@dataclass(frozen=True)
-class World:
-    slurm_synced: bool  # a full, successful job list has been seen
-    now: float  # wall clock seconds
-    node_for: Mapping[str, NodeRef] = field(default_factory=dict)  # Slurm node -> k8s Node
-    vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list
-    # how long a Submitting Pod waits for the webhook's handed-off submit before we submit
-    handoff_grace: float = contract.SUBMIT_HANDOFF_GRACE
-    group_timeout: float = 300.0  # after this, an incomplete gang is reported
-    failed_nodes: frozenset[str] = frozenset()  # Slurm nodes DOWN or not responding
-    # how long a Pod waits, gated, for its allocated Node to show the GPUs it asks for before
-    # the job is given back to Slurm (a device plugin re-registering after a kubelet restart
-    # briefly reports none)
-    gpu_grace: float = 60.0
-    # claim -> (job id, wall time) of the jobs this binder submitted lately: the Pod's
-    # annotation naming the new job may reach the watch after the old job's end reaches a poll
-    submitted: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+# re-exported for callers: the rules and their vocabulary are read together
+__all__ = ["BIND", "CANCEL", "END_REASONS", "EVICT", "NOTHING", "RELEASE", "RESUBMIT", "STATUS",
+           "SUBMIT", "WAIT", "Bind", "Decision", "JobOf", "NodeRef", "Unit", "World",
+           "end_reason", "holds_node", "is_gated", "job_status"]
 
 
 def needs_node_states(u: Unit, job_of: JobOf) -> bool:
@@ -102,57 +85,6 @@ def _node_failed(on_nodes: tuple[Pod, ...], w: World) -> bool:
     return any(ann(p).get(contract.A_SLURM_NODE) in w.failed_nodes for p in on_nodes if bound(p))
 
 
-@dataclass(frozen=True)
-class Unit:
-    members: tuple[Pod, ...]  # one Pod, or the gang's members the cache holds
-    gang: bool = False
-    gone_claims: frozenset[str] = frozenset()  # claims of members deleted meanwhile
-
-    @classmethod
-    def single(cls, pod: Pod | None, gone_claims: frozenset[str] = frozenset()) -> Unit:
-        return cls((pod,) if pod is not None else (), False, gone_claims)
-
-    @property
-    def size(self) -> int:
-        return size_of(list(self.members)) if self.gang else 1
-
-    def claim(self) -> str | None:
-        """The claim of the unit's current job, held by live members."""
-        if self.gang:
-            return live_claim(list(self.members))
-        return next((c for p in self.members if live(p) and (c := claim_of(p))),
-                    None)
-
-
-class Bind(NamedTuple):
-    pod: Pod
-    node: str  # the Kubernetes Node
-    slurm_node: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: str
-    members: tuple[Pod, ...] = ()  # whom a status, submit, cancel or wait Event is about
-    binds: tuple[Bind, ...] = ()
-    evict: tuple[Pod, ...] = ()
-    clear: tuple[Pod, ...] = ()  # gang members sent back to waiting for a new job
-    cancel: JobInfo | None = None
-    job: JobInfo | None = None
-    reason: str = ""
-    message: str = ""
-    status: dict[str, str] = field(default_factory=dict)  # annotations to converge to
-    requeue_after: float | None = None
-    # the SlurmAllocated condition of members whose condition is out of date, whatever the
-    # action: it only shows what Slurm decided
-    conditions: tuple[tuple[Pod, Condition], ...] = ()
-
-    @property
-    def node(self) -> str | None:
-        return self.binds[0].node if self.binds else None
-
-
-JobOf = Callable[[str], JobInfo | None]
 
 
 def decide(u: Unit, job_of: JobOf, w: World) -> Decision:

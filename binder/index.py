@@ -2,7 +2,7 @@
 
 Claim <-> Pod, gang -> members, Slurm node <-> Kubernetes Node, and the claims of Pods deleted
 since their unit was last reconciled. Event handlers update these and get back the Requests
-to queue; a reconcile turns a Request into a decide.Unit. Everything here is rebuilt from
+to queue; a reconcile turns a Request into a decision.Unit. Everything here is rebuilt from
 watches and polls after a restart.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract
-from slurmgate.binder.decide import Unit
+from slurmgate.binder.decision import Unit
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.nodesync import node_view
 from slurmgate.binder.podview import NodeRef, Pod, ann
