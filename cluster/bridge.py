@@ -236,10 +236,15 @@ def push_hook(local: Local, run_dir: Path, replicas: tuple[str, ...] = BINDERS[:
     return mine
 
 
+def hook_dir(local: Local) -> Path:
+    """Where the cluster's slurmctld hook reads its config (`endpoint`, `token`)."""
+    return Path(local.slurm.run_dir) / "hook" / "slurmgate"
+
+
 def point_hook(local: Local, endpoints: list[str], token: str | None = None) -> None:
     """The cluster's slurmctld hook config: the `host:port` lines it pushes to, and (when
     given) the token it presents."""
-    conf = Path(local.slurm.run_dir) / "hook" / "slurmgate"
+    conf = hook_dir(local)
     conf.mkdir(parents=True, exist_ok=True)
     if token is not None:
         proc_write(conf / "token", token)

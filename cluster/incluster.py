@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,13 +172,14 @@ def pod_names(local: Local) -> list[str]:
     return sorted(p["metadata"]["name"] for p in pods(local))
 
 
-def leader(local: Local) -> str | None:
-    """The binder Pod holding the Lease, if its holder is a live Pod of ours."""
+def leader(local: Local, names: Collection[str] | None = None) -> str | None:
+    """The binder Pod holding the Lease, if its holder is a live Pod of ours (among `names`
+    when the caller has just listed them)."""
     p = kubectl(local.kube, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
     if p.returncode != 0:
         return None
     holder = (json.loads(p.stdout).get("spec") or {}).get("holderIdentity")
-    return holder if holder in pod_names(local) else None
+    return holder if holder in (pod_names(local) if names is None else names) else None
 
 
 def push_endpoints(local: Local) -> list[str]:
@@ -204,7 +206,8 @@ def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.
         running = pods(local)
         ips = sorted(p["status"]["podIP"] for p in running
                      if (p.get("status") or {}).get("podIP"))
-        return bool(ips) and len(ips) == len(running) and leader(local) is not None
+        return bool(ips) and len(ips) == len(running) and leader(
+            local, [p["metadata"]["name"] for p in running]) is not None
 
     kube.wait_for("every binder Pod with an IP, one leading", every_pod_and_a_leader, timeout)
     bridge.point_hook(local, [f"{ip}:{BINDER_PORT}" for ip in ips], token)
@@ -213,7 +216,7 @@ def point_push_hook(local: Local, token: str | None = None, timeout: float = 60.
 
 def hook_endpoints(local: Local) -> list[str]:
     """The `host:port` lines the hook pushes to now."""
-    path = Path(local.slurm.run_dir) / "hook" / "slurmgate" / "endpoint"
+    path = bridge.hook_dir(local) / "endpoint"
     return path.read_text().split() if path.exists() else []
 
 
@@ -221,8 +224,8 @@ def _ips_and_leader(local: Local) -> tuple[dict[str, str], str | None]:
     """Each binder Pod's IP by name (those with one), and the Pod leading, if it has an IP."""
     ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods(local)
            if (p.get("status") or {}).get("podIP")}
-    holder = leader(local)
-    return ips, holder if holder in ips else None
+    holder = leader(local, ips)
+    return ips, holder
 
 
 def follow_leader(local: Local, b: bridge.Bridge) -> None:
