@@ -56,7 +56,8 @@ def health_app(binder: Controller, elector: LeaderElector, push_token: bytes | N
 
 async def run(cfg: BinderConfig) -> int:
     s, lease = cfg.slurm, cfg.lease
-    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
+    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes,
+                        metrics=metrics.SLURMRESTD)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
     policy = PolicySource(kube, cfg.tenancy_configmap,
                           on_state=metrics.TENANCY.on_state,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slurmgate.slurm.restmetrics import RestMetrics
 from slurmgate.tenancy_source import PolicyMetrics
 
 REGISTRY = CollectorRegistry()
@@ -55,3 +56,4 @@ TENANCY = PolicyMetrics("binder", REGISTRY)
 TENANCY_DENIED = Counter("slurmgate_binder_tenancy_denied_submits_total",
                          "Submits the tenancy policy refused (policy changed after admission)",
                          ["reason"], registry=REGISTRY)
+SLURMRESTD = RestMetrics("binder", REGISTRY)

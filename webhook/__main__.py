@@ -37,7 +37,8 @@ DRAIN_SECONDS = 6.0
 async def run(cfg: WebhookConfig) -> None:
     s = cfg.slurm
     settings = cfg.admission
-    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes)
+    slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes,
+                        metrics=metrics.SLURMRESTD)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-webhook")
     inventory = Inventory(slurm, kube)
     policy = PolicySource(kube, cfg.tenancy_configmap,

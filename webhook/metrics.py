@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from slurmgate.slurm.restmetrics import RestMetrics
 from slurmgate.tenancy_source import PolicyMetrics
 
 REGISTRY = CollectorRegistry()
@@ -35,3 +36,4 @@ INVENTORY_ERRORS = Counter("slurmgate_inventory_refresh_errors_total",
                            "Failed refreshes of the Slurm/Kubernetes node inventory",
                            registry=REGISTRY)
 TENANCY = PolicyMetrics("webhook", REGISTRY)
+SLURMRESTD = RestMetrics("webhook", REGISTRY)

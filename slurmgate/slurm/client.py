@@ -35,6 +35,7 @@ from slurmgate.slurm.models import (
     SlurmIgnoredField,
     SlurmUnavailable,
 )
+from slurmgate.slurm.restmetrics import RestMetrics
 from slurmgate.slurm.transport import Transport
 
 log = logging.getLogger("slurmgate.slurm")
@@ -55,11 +56,12 @@ class SlurmClient:
         api_version: str | None = None,
         connections: int = 16,
         json_offload_bytes: int | None = None,
+        metrics: RestMetrics | None = None,
     ) -> None:
         if api_version is not None:
             dialects.dialect(api_version)  # ValueError naming the supported ones
         self._http = Transport(base_url, token_file, user, timeout, connections,
-                               json_offload_bytes)
+                               json_offload_bytes, metrics)
         self.base_url = self._http.base_url
         self.user = user
         self._version = api_version

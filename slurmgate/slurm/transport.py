@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import aiohttp
 from slurmgate import jsonpool
 from slurmgate.slurm.dialects import body_warnings, error_text
 from slurmgate.slurm.models import SlurmError, SlurmIgnoredField, SlurmUnavailable
+from slurmgate.slurm.restmetrics import RestMetrics
 
 log = logging.getLogger("slurmgate.slurm")
 
@@ -68,7 +70,9 @@ class Token:
 
 class Transport:
     def __init__(self, base_url: str, token_file: Path | str, user: str, timeout: float,
-                 connections: int, json_offload_bytes: int | None = None) -> None:
+                 connections: int, json_offload_bytes: int | None = None,
+                 metrics: RestMetrics | None = None) -> None:
+        self.metrics = metrics
         self.base_url = base_url.rstrip("/")
         self.json_offload_bytes = json_offload_bytes
         self.user = user
@@ -118,11 +122,14 @@ class Transport:
         parsed answer in ``.answer`` (a submit may have created a job all the same).
         ``user``: act as this Slurm user for this request only (default: ``self.user``)."""
         url = f"{self.base_url}{path}"
+        t0 = time.perf_counter()
+        status_seen: int | None = None
+        raw = b""
         try:
             async with self.session().request(
                 method, url, params=params, json=body, headers=self._headers(user)
             ) as resp:
-                status = resp.status
+                status = status_seen = resp.status
                 if status == 304 and allow_304:
                     return status, None
                 raw = await resp.read()
@@ -139,6 +146,10 @@ class Transport:
                 f"{what}: slurmrestd at {self.base_url} did not answer within "
                 f"{self.timeout.total}s"
             ) from None
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe(method, path, status_seen, len(raw),
+                                     time.perf_counter() - t0)
         data: dict[str, Any] | None
         try:
             parsed = await jsonpool.load_async(raw, keep_comment_prefix,
