@@ -40,6 +40,10 @@ class ReconcileSettings:
     # a Pod waits this long for its allocated Node to show the GPUs it asks for; then its job
     # is given back to Slurm (NodeLacksGPUs)
     gpu_grace: float = 60.0
+    # Slurm's whole job list is read this often (parsed only for ours): it finds jobs of ours
+    # no Pod names (a submit whose answer was lost). On a busy site it is the binder's one read
+    # whose cost grows with the site's jobs; every other poll asks about our jobs by id.
+    full_list_interval: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
     evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
     group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
     gpu_grace = env_float(env, "BINDER_GPU_GRACE", r.gpu_grace)
+    full_list = env_float(env, "BINDER_FULL_LIST_INTERVAL", r.full_list_interval)
+    if full_list < 1:
+        raise ConfigError(f"BINDER_FULL_LIST_INTERVAL={full_list} is under 1 s: every poll "
+                          "would read the site's whole job list")
     tenancy = tenancy_configmap(env)
 
     ap = argparse.ArgumentParser(prog="slurmgate-binder")
@@ -111,6 +119,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
             evict_grace=evict_grace,
             group_timeout=group_timeout,
             gpu_grace=gpu_grace,
+            full_list_interval=full_list,
         ),
         lease=LeaseSettings(
             namespace=a.lease_namespace,

@@ -45,7 +45,9 @@ class Controller:
         self.node_queue: WorkQueue[str] = WorkQueue()
         self.events = Recorder(kube, turn=lambda: self.actions.background.after_binds())
         self.jobs = JobTracker(slurm, self._on_job,
-                               comment_of=lambda job_id: self.index.comment_by_job.get(job_id))
+                               comment_of=lambda job_id: self.index.comment_by_job.get(job_id),
+                               named=self._named_job_ids,
+                               full_every=self.settings.full_list_interval)
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
                              label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
         self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,
@@ -59,6 +61,11 @@ class Controller:
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
         self._refused: set[Request] = set()  # units the tenancy policy refused a submit
 
+    def _named_job_ids(self) -> set[int]:
+        """The ids of our jobs that Pods name, and those we submitted whose id has not reached
+        a Pod yet: what the job poller asks Slurm about."""
+        return {*self.index.comment_by_job, *(i for i, _ in self.actions.submitted.values())}
+
     # --- event handlers: cheap, they only index and enqueue ---
     def policy_changed(self, state: tenancy.PolicyState) -> None:
         """The tenancy policy changed: whom it refused is looked at now, not at the next
@@ -70,6 +77,9 @@ class Controller:
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if new is not None and is_gated(new):
             self.jobs.kick()
+            if ann(new).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING:
+                # a submit handed off at admission: only the whole list knows its job (by claim)
+                self.jobs.want_full()
             job = ann(new).get(contract.A_JOB_ID, "")
             if old is None and job.isdigit():
                 self.index.pod_changed(key, old, new)  # so the push below finds its claim

@@ -1,11 +1,10 @@
-"""Our Slurm jobs, kept current by polling slurmrestd with update_time, and told at once of
-starts and ends by slurmctld's PrologSlurmctld/EpilogSlurmctld hook when a site installs it
-(binder/push.py); polling stays the safety net for a missed or absent push.
+"""Our Slurm jobs: what the binder knows of them, kept current by binder/jobpoll.py (which asks
+Slurm about our jobs only) and told at once of starts and ends by slurmctld's
+PrologSlurmctld/EpilogSlurmctld hook when a site installs it (binder/push.py); polling stays the
+safety net for a missed or absent push.
 
-An idle poll costs nearly nothing (22.05: a 304 with no body; 24.11+: a 200 with an empty list,
-which the client reports as "not modified" too); the interval still backs off when nothing of
-ours is in flight. A changed list is diffed so only Pods whose job
-changed are reconciled: work follows changes, not the number of Pods.
+Each answer is diffed, so only Pods whose job changed are reconciled: work follows changes, not
+the number of Pods.
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from slurmgate import contract
-from slurmgate.binder import metrics
+from slurmgate.binder import jobpoll, metrics
 from slurmgate.binder.displaced import RecentEnds
+from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
 from slurmgate.slurm import (
     COMPLETING,
@@ -32,9 +32,6 @@ from slurmgate.slurm import (
 
 log = logging.getLogger("slurmgate.jobs")
 
-FAST_POLL = 0.1  # while our jobs are pending or changing: notice allocations quickly
-SLOW_POLL = 1.0  # nothing in flight
-FULL_RESYNC = 60.0  # a periodic full list guards against missed same-second updates
 EARLY_KEEP = 10.0  # a pushed start waits this long for its Pod to reach our watch
 EARLY_MAX = 10_000
 MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
@@ -61,16 +58,18 @@ def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
     return (j.state, j.reason, j.nodes, j.preempted)
 
 
-def poll_delay(in_flight: bool, took: float) -> float:
-    """A changed list costs slurmctld (it packs every job) and us (parsing): when a poll is
-    slow, wait as long as it took, so polling stays under half of the time."""
-    return max(FAST_POLL, min(SLOW_POLL, took)) if in_flight else SLOW_POLL
-
-
 class JobTracker:
     def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None],
-                 comment_of: Callable[[int], str | None] = lambda _: None):
+                 comment_of: Callable[[int], str | None] = lambda _: None,
+                 named: Callable[[], Iterable[int]] = tuple, full_every: float = jobpoll.FULL_EVERY,
+                 running_detail: bool = True):
         self.slurm = slurm
+        # the job ids our Pods' annotations name (some no poll has shown yet)
+        self.named = named
+        self.schedule = Schedule(full_every=full_every)
+        self.hook = HookHealth()
+        # read RUNNING jobs whole at every look (see jobpoll.read)
+        self.running_detail = running_detail
         # job id -> the comment of a job of ours no poll has shown yet (from the Pods)
         self.comment_of = comment_of
         self.on_change = on_change  # (claim, job or None when it left Slurm's list)
@@ -99,6 +98,8 @@ class JobTracker:
         # start. A push about such an id is left to the polls, which see the failure first.
         self._ran_for: dict[int, str] = {}
         self.recent_ends = RecentEnds()  # other jobs' ends per node, to name what a Pod displaced
+        self._urgent: set[int] = set()  # ids a push named: the next poll reads them whole
+        self._ended_pushed: dict[int, None] = {}  # ends of ours the hook told (oldest first)
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -119,6 +120,7 @@ class JobTracker:
         Slurm's to tell). Every other job of the cluster changes nothing: on a busy site most
         pushes are about them, and each could otherwise cost slurmctld a full job list.
         Returns what was done, for the metric."""
+        self.hook.pushed()
         claim = self._claim_of.get(job_id)
         have = self.by_claim.get(claim) if claim else None
         if have is not None and have.job_id != job_id:
@@ -127,6 +129,10 @@ class JobTracker:
             if have is None and self.comment_of(job_id) is None:
                 self.recent_ends.record(job_id, nodes)  # it may have made room for a Pod
                 return "ignored"
+            self._ended_pushed[job_id] = None
+            if len(self._ended_pushed) > EARLY_MAX:
+                self._ended_pushed.pop(next(iter(self._ended_pushed)))
+            self._urgent.add(job_id)
             self.wake()
             return "polled"
         if not nodes:
@@ -144,6 +150,7 @@ class JobTracker:
             return "known"  # a poll was quicker
         assert claim is not None
         if self._ran_for.setdefault(job_id, claim) != claim:
+            self._urgent.add(job_id)
             self.wake()
             return "reused"
         now = time.monotonic()
@@ -184,7 +191,9 @@ class JobTracker:
         del self._pushed_at[polled.job_id]
         return False
 
-    def _apply(self, jobs: list[JobInfo], sent: float = 0.0) -> None:
+    def _apply(self, jobs: list[JobInfo], sent: float = 0.0, complete: bool = True) -> None:
+        """Take `jobs` as our jobs now. `complete`: they came from the whole list, so its
+        duplicates replace those found before (a look at our known ids finds none)."""
         fresh: dict[str, JobInfo] = {}
         duplicates: list[JobInfo] = []
         claim_of: dict[int, str] = {}
@@ -211,7 +220,8 @@ class JobTracker:
                 claim_of[job_id] = c
         # Several live jobs for one claim happen when a submit timed out at admission but
         # slurmrestd still ran it, and the binder submitted again: one of them must go.
-        self.duplicates = duplicates
+        if complete or duplicates:
+            self.duplicates = duplicates
         self._claim_of = claim_of
         self._pushed_at = {k: v for k, v in self._pushed_at.items() if k in claim_of}
         old = self.by_claim
@@ -227,7 +237,10 @@ class JobTracker:
             if j.state == RUNNING and j.job_id not in self.seen_running_at:
                 self.seen_running_at[j.job_id] = now
                 self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
+                self.hook.saw(j.start_time, was_pushed=False)  # a push sets seen_running_at
             p = old.get(claim)
+            if p is not None and p.job_id == j.job_id and p.state == RUNNING != j.state:
+                self.hook.saw(j.end_time, was_pushed=j.job_id in self._ended_pushed)
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
                 changed += 1
                 self.on_change(claim, j)
@@ -248,40 +261,60 @@ class JobTracker:
             j.state in IN_FLIGHT_STATES or j.preempted
             for j in self.by_claim.values())
 
-    async def poll_once(self, since: int | None) -> int | None:
+    async def poll_once(self) -> float:
+        """One look at our jobs (see binder/jobpoll.py); returns the delay before the next."""
         t0 = time.perf_counter()
         sent = time.monotonic()
         self._wake.clear()  # a push from now on asks for the next poll, not this one
         self._poll_sent_wall = time.time()
-        # only ours are parsed: the list also holds every other job of the cluster
-        jobs, update_time = await self.slurm.jobs(since, comment_prefix=contract.COMMENT_PREFIX)
-        metrics.SLURM_POLL_LATENCY.observe(time.perf_counter() - t0)
+        urgent, self._urgent = self._urgent, set()
+        known = {j.job_id: j for j in self.by_claim.values()}
+        idle_every = jobpoll.HOOK_IDLE_POLL if self.hook.ok else SLOW_POLL
+        plan = self.schedule.plan(sent, known, self.named(), {*self._pushed_at, *urgent},
+                                  idle_every)
+        reads = 0
+        try:
+            if plan.full:
+                # the whole list, parsed only for ours (the rest of the site is dropped unread)
+                jobs, _ = await self.slurm.jobs(None, comment_prefix=contract.COMMENT_PREFIX)
+                self._apply(jobs or [], sent)
+                self.schedule.done_full(sent)
+                self.synced.set()
+                outcome = "full"
+            elif plan.ids:
+                fresh, gone, reads = await jobpoll.read(self.slurm, plan, known,
+                                                        self.running_detail)
+                foreign = {i for i, j in fresh.items()
+                           if contract.claim_from_comment(j.comment) is None}
+                self.schedule.left(gone | foreign)
+                self.schedule.read_whole(fresh, sent)
+                self._apply(jobpoll.merged(known, fresh, gone), sent, complete=False)
+                outcome = "ids"
+            else:
+                outcome = "none"
+        except BaseException:
+            self._urgent |= urgent  # asked again by the next poll
+            raise
+        took = time.perf_counter() - t0
+        metrics.SLURM_POLL_LATENCY.observe(took)
+        metrics.SLURM_POLLS.labels(outcome).inc()
         self.healthy = True
-        if jobs is None:
-            metrics.SLURM_POLLS.labels("not_modified").inc()
-        else:
-            metrics.SLURM_POLLS.labels("changed").inc()
-            self._apply(jobs, sent)
-            self.synced_at = time.monotonic()
-            self.synced.set()
-        return update_time
+        self.synced_at = time.monotonic()
+        # 22.05 reads job by job: keep those reads under READS_PER_SECOND
+        return max(poll_delay(self._in_flight(), took, self.hook.ok),
+                   reads / jobpoll.READS_PER_SECOND)
+
+    def want_full(self) -> None:
+        """Read the whole list soon (at most every jobpoll.FULL_MIN_GAP): a job of ours may
+        exist that no Pod names yet (a handed-off submit, a submit whose answer was lost)."""
+        self.schedule.want_full()
+        self.wake()
 
     async def run(self) -> None:
-        since: int | None = None
-        last_full = 0.0
         while True:
             try:
-                if time.monotonic() - last_full > FULL_RESYNC:
-                    since = None
-                    last_full = time.monotonic()
-                t0 = time.monotonic()
-                t = await self.poll_once(since)
-                took = time.monotonic() - t0
-                # Slurm's update times have one-second resolution: ask from one second
-                # earlier so a change in the same second as the last answer is not missed.
-                since = max(0, t - 1) if t else None
+                delay = await self.poll_once()
                 self._errors = 0
-                delay = poll_delay(self._in_flight(), took)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

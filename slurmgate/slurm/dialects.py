@@ -69,25 +69,31 @@ class Dialect:
     # Partitions carry their flags (DEFAULT). v0.0.40-v0.0.44 do not: there the default
     # partition is unknown over REST and the webhook needs DEFAULT_PARTITION.
     partition_flags: bool
+    # GET /jobs/state?job_id=A,B answers the states of just those jobs: one request whose cost
+    # follows our jobs, not the site's (recorded on 24.11 and 26.05 at v0.0.42+). Without it
+    # (v0.0.38; v0.0.40/41 untested) each job of ours is read alone with GET /job/{id}.
+    state_query: bool
 
 
 _V38 = Dialect(
     "v0.0.38", number_objects=False, exclusive=("exclusive", "exclusive"), script_in_job=False,
     environment_list=False, node_range=False, gpus_as_tres=False, clock_in_jobs=False,
     update_time_query=True, idle_is_304=True, node_update=False, cancel_status=False,
-    partition_flags=True)
+    partition_flags=True, state_query=False)
 _V42 = Dialect(
     "v0.0.42", number_objects=True, exclusive=("shared", ["none"]), script_in_job=True,
     environment_list=True, node_range=True, gpus_as_tres=True, clock_in_jobs=True,
     update_time_query=True, idle_is_304=False, node_update=True, cancel_status=True,
-    partition_flags=False)
+    partition_flags=False, state_query=True)
 
 DIALECTS: dict[str, Dialect] = {
     "v0.0.38": _V38,
     # recorded from 24.11: a DELETE of a missing job answers 200 with neither status[] nor
     # errors[], and update_time cannot be given
-    "v0.0.40": replace(_V42, version="v0.0.40", cancel_status=False, update_time_query=False),
-    "v0.0.41": replace(_V42, version="v0.0.41", cancel_status=False, update_time_query=False),
+    "v0.0.40": replace(_V42, version="v0.0.40", cancel_status=False, update_time_query=False,
+                       state_query=False),
+    "v0.0.41": replace(_V42, version="v0.0.41", cancel_status=False, update_time_query=False,
+                       state_query=False),
     "v0.0.42": _V42,
     "v0.0.43": replace(_V42, version="v0.0.43"),
     "v0.0.44": replace(_V42, version="v0.0.44"),
@@ -166,7 +172,8 @@ def _number(d: Dialect, n: int) -> Any:
 # ----------------------------------------------------------------------------- records
 
 
-def _job_state(v: Any) -> tuple[str, frozenset[str]]:
+def job_state(v: Any) -> tuple[str, frozenset[str]]:
+    """A job_state as (the one state the rest of slurmgate reads, every flag Slurm gave)."""
     states = [s.upper() for s in strs(v)]
     if not states:
         return "UNKNOWN", frozenset()
@@ -187,7 +194,7 @@ def _whole_nodes(d: Mapping[str, Any]) -> bool | None:
 
 
 def parse_job(d: Mapping[str, Any]) -> JobInfo:
-    state, flags = _job_state(d.get("job_state"))
+    state, flags = job_state(d.get("job_state"))
     nodes_raw = d.get("nodes")
     try:
         nodes = tuple(expand(nodes_raw if isinstance(nodes_raw, str) else None))

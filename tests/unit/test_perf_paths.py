@@ -102,9 +102,11 @@ def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
 
 
 def test_slow_polls_back_off() -> None:
-    from slurmgate.binder.jobs import FAST_POLL, SLOW_POLL, poll_delay
+    from slurmgate.binder.jobpoll import FAST_POLL, HOOK_IDLE_POLL, SLOW_POLL, poll_delay
 
     assert poll_delay(True, 0.003) == FAST_POLL  # fast answers: poll fast
     assert poll_delay(True, 0.4) == 0.4  # slow answers: wait as long as the poll took
     assert poll_delay(True, 7.0) == SLOW_POLL  # never slower than when idle
     assert poll_delay(False, 0.003) == SLOW_POLL
+    assert poll_delay(False, 0.003, hook_ok=True) == HOOK_IDLE_POLL  # the hook pushes starts
+    assert poll_delay(True, 0.003, hook_ok=True) == FAST_POLL  # in flight: the safety net

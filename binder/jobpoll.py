@@ -1,0 +1,162 @@
+"""How the binder asks Slurm about its jobs: about them only, so its cost follows our jobs and
+never the site's.
+
+A site's Slurm holds tens of thousands of jobs that are not ours, and some of them change every
+second. Any change anywhere makes GET /jobs?update_time=T answer with the whole list, so the
+binder no longer polls that list. Each tick asks about the ids of our own jobs (from our polls
+and from our Pods' annotations):
+
+- 24.11+ (``dialect.state_query``): one GET /jobs/state?job_id=A,B,... for their states; only a
+  job whose state changed (or that is new to us, or whose start a push announced) is then read
+  whole with GET /job/{id}.
+- 22.05: GET /job/{id} per job (no filtered list there), at most READS_PER_SECOND a second.
+
+slurmctld's hook (binder/push.py) is the primary signal for starts and ends; these polls are the
+safety net. Jobs in flight are asked about every FAST_POLL; the others every SLOW_POLL, or every
+HOOK_IDLE_POLL while the hook is known to work (it pushed since the last change a poll saw
+first). The whole list is read rarely (at start, every ``full_every`` seconds, and when asked:
+a submit whose answer was lost may have made a job no Pod names) and parsed only for our jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from slurmgate.slurm import IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
+
+FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
+SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
+HOOK_IDLE_POLL = 10.0  # nothing in flight, and the hook pushed since the last change it missed
+FULL_EVERY = 300.0  # the whole list, for jobs of ours no Pod names (orphans, lost submits)
+FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
+DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
+READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
+HOOK_MISS_AFTER = 3  # s: a start or end a poll saw first, this long after Slurm's own time
+
+
+def poll_delay(in_flight: bool, took: float, hook_ok: bool = False) -> float:
+    """A slow answer means a loaded slurmrestd: wait as long as the poll took, so polling stays
+    under half of the time; never slower than when idle."""
+    if not in_flight:
+        return HOOK_IDLE_POLL if hook_ok else SLOW_POLL
+    return max(FAST_POLL, min(SLOW_POLL, took))
+
+
+@dataclass
+class Plan:
+    """What one tick asks Slurm: the whole list, or these job ids (of which `detail` are read
+    whole whatever their state)."""
+
+    full: bool = False
+    ids: set[int] = field(default_factory=set)
+    detail: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Schedule:
+    """When to ask about which of our jobs; pure bookkeeping, unit-tested without Slurm."""
+
+    full_every: float = FULL_EVERY
+    full_at: float = float("-inf")  # monotonic time of the last whole list
+    full_wanted: bool = True  # the first tick reads the whole list
+    idle_at: float = float("-inf")  # the last tick that asked about every job of ours
+    detail_at: dict[int, float] = field(default_factory=dict)
+    gone: set[int] = field(default_factory=set)  # ids Slurm no longer knows: never asked again
+
+    def want_full(self) -> None:
+        self.full_wanted = True
+
+    def plan(self, now: float, known: dict[int, JobInfo], named: Iterable[int],
+             pushed: Iterable[int], idle_every: float) -> Plan:
+        if now - self.full_at >= self.full_every or (
+                self.full_wanted and now - self.full_at >= FULL_MIN_GAP):
+            return Plan(full=True)
+        named_ids = set(named)
+        self.gone &= named_ids  # forget ids no Pod names any more
+        ids = (set(known) | named_ids) - self.gone
+        new = ids - set(known)
+        moving = {i for i, j in known.items() if j.state in IN_FLIGHT_STATES or j.preempted}
+        pushed_ids = set(pushed) & ids
+        if now - self.idle_at >= idle_every:
+            self.idle_at = now
+            ask = ids
+        else:
+            ask = new | moving | pushed_ids
+        stale = {i for i in ask & set(known) if known[i].state == PENDING
+                 and now - self.detail_at.get(i, float("-inf")) >= DETAIL_EVERY}
+        return Plan(ids=ask, detail=new | pushed_ids | stale)
+
+    def done_full(self, now: float) -> None:
+        self.full_at = now
+        self.full_wanted = False
+        self.gone.clear()
+
+    def read_whole(self, ids: Iterable[int], now: float) -> None:
+        for i in ids:
+            self.detail_at[i] = now
+
+    def left(self, ids: Iterable[int]) -> None:
+        for i in ids:
+            self.gone.add(i)
+            self.detail_at.pop(i, None)
+
+
+def changed(known: JobInfo | None, flags: frozenset[str]) -> bool:
+    """Whether a job's state list differs from what we hold of it (a job we do not hold yet
+    has changed)."""
+    return known is None or flags != known.state_flags
+
+
+async def read(slurm: SlurmClient, plan: Plan, known: dict[int, JobInfo],
+               running_detail: bool) -> tuple[dict[int, JobInfo], set[int], int]:
+    """Ask Slurm about `plan.ids`. Returns (records read whole, ids Slurm no longer knows, how
+    many GET /job/{id} it took). `running_detail`: read RUNNING jobs whole even when their
+    state did not change (a preemption shows only in preempt_time while the job runs out its
+    GraceTime)."""
+    d = await slurm.dialect()
+    whole = set(plan.detail)
+    gone: set[int] = set()
+    if d.state_query:
+        states = await slurm.job_states(plan.ids)
+        gone = plan.ids - states.keys()
+        for i, (_, flags) in states.items():
+            k = known.get(i)
+            if changed(k, flags) or (running_detail and RUNNING in flags):
+                whole.add(i)
+    else:
+        whole |= plan.ids
+    whole -= gone
+    records = await slurm.jobs_by_id(whole)
+    gone |= {i for i, j in records.items() if j is None}
+    return {i: j for i, j in records.items() if j is not None}, gone, len(whole)
+
+
+def merged(known: dict[int, JobInfo], fresh: dict[int, JobInfo], gone: set[int]) -> list[JobInfo]:
+    """Our jobs after a tick: what we held, updated by what was read, less what left Slurm."""
+    out = {i: j for i, j in known.items() if i not in gone}
+    out.update(fresh)
+    return list(out.values())
+
+
+class HookHealth:
+    """Whether slurmctld's hook is known to work: it pushed since the last start or end of ours
+    that a poll saw first. Only then may idle polling slow down to HOOK_IDLE_POLL."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.last_push = 0.0
+        self.last_miss = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.last_push > 0 and self.last_push > self.last_miss
+
+    def pushed(self) -> None:
+        self.last_push = self.clock()
+
+    def saw(self, slurm_time: int, was_pushed: bool) -> None:
+        """A poll saw a job of ours start or end at `slurm_time` (Slurm's epoch seconds)."""
+        if not was_pushed and slurm_time and self.clock() - slurm_time >= HOOK_MISS_AFTER:
+            self.last_miss = self.clock()

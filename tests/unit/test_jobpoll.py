@@ -1,0 +1,241 @@
+"""The job poller asks Slurm about our jobs only: what it asks, and what it does with the
+answers, against a Slurm stand-in that records every request (the e2e suite uses the real one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from slurmgate.binder import jobpoll
+from slurmgate.binder.jobpoll import HookHealth, Schedule
+from slurmgate.binder.jobs import JobTracker
+from slurmgate.slurm import JobInfo, dialects
+
+
+def job(i: int, st: str, claim: str | None = None, preempt_time: int = 0,
+        reason: str = "None") -> JobInfo:
+    comment = f"slurmgate claim={claim or f'c{i}'} pod=ns/p{i}" if claim != "" else "someone"
+    return JobInfo(job_id=i, name="x", state=st, reason=reason,
+                   nodes=("n1",) if st == "RUNNING" else (), comment=comment, partition="k8s",
+                   submit_time=1, start_time=0, end_time=0, state_flags=frozenset({st}),
+                   preempt_time=preempt_time)
+
+
+class Slurm:
+    """A Slurm with a whole site's jobs in it; counts what it is asked."""
+
+    def __init__(self, version: str, jobs: Iterable[JobInfo]) -> None:
+        self.d = dialects.dialect(version)
+        self.site = {j.job_id: j for j in jobs}
+        self.calls: list[tuple[str, Any]] = []
+
+    async def dialect(self) -> dialects.Dialect:
+        return self.d
+
+    async def job_states(self, ids: Iterable[int]) -> dict[int, tuple[str, frozenset[str]]]:
+        ids = sorted(ids)
+        self.calls.append(("states", ids))
+        return {i: (self.site[i].state, self.site[i].state_flags) for i in ids if i in self.site}
+
+    async def jobs_by_id(self, ids: Iterable[int]) -> dict[int, JobInfo | None]:
+        ids = sorted(ids)
+        self.calls.append(("whole", ids))
+        return {i: self.site.get(i) for i in ids}
+
+    async def jobs(self, since: int | None = None, *,
+                   comment_prefix: str | None = None) -> tuple[list[JobInfo], int]:
+        self.calls.append(("list", len(self.site)))
+        return [j for j in self.site.values()
+                if (j.comment or "").startswith(comment_prefix or "")], 1
+
+
+def tracker(slurm: Slurm, named: set[int] | None = None) -> tuple[JobTracker, list[Any]]:
+    seen: list[Any] = []
+    t = JobTracker(slurm, lambda c, j: seen.append((c, j and j.state)),  # type: ignore[arg-type]
+                   named=lambda: named or set(), running_detail=False)
+    return t, seen
+
+
+def foreign(n: int, start: int = 10_000) -> list[JobInfo]:
+    return [job(start + k, "PENDING", claim="") for k in range(n)]
+
+
+@pytest.mark.parametrize("version", ["v0.0.42", "v0.0.38"])
+async def test_after_the_first_list_only_our_jobs_are_asked_about(version: str) -> None:
+    slurm = Slurm(version, [job(1, "PENDING"), job(2, "RUNNING"), *foreign(3000)])
+    t, seen = tracker(slurm)
+    await t.poll_once()
+    assert slurm.calls == [("list", 3002)] and t.synced.is_set()
+    assert {c for c, _ in seen} == {"c1", "c2"}
+    slurm.calls.clear()
+    await t.poll_once()
+    asked = [ids for _, ids in slurm.calls]
+    assert all(set(ids) <= {1, 2} for ids in asked), slurm.calls  # never a foreign id
+    assert not any(kind == "list" for kind, _ in slurm.calls)
+
+
+async def test_a_changed_state_is_read_whole_and_applied() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "PENDING", reason="Priority"), *foreign(10)])
+    t, seen = tracker(slurm)
+    await t.poll_once()
+    slurm.site[1] = job(1, "RUNNING")
+    slurm.calls.clear()
+    seen.clear()
+    await t.poll_once()
+    assert slurm.calls == [("states", [1]), ("whole", [1])]
+    assert seen == [("c1", "RUNNING")] and t.by_claim["c1"].nodes == ("n1",)
+    slurm.calls.clear()
+    await t.poll_once()  # nothing changed and the job is no longer in flight: nothing read
+    assert ("whole", [1]) not in slurm.calls
+
+
+async def test_a_job_that_left_slurm_leaves_and_is_not_asked_again() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "PENDING")])
+    t, seen = tracker(slurm, named={1})
+    await t.poll_once()
+    del slurm.site[1]
+    seen.clear()
+    await t.poll_once()
+    assert seen == [("c1", None)] and "c1" not in t.by_claim
+    slurm.calls.clear()
+    t.schedule.idle_at = float("-inf")  # a tick that asks about every job
+    await t.poll_once()
+    assert slurm.calls == []  # the Pod still names it, but Slurm said it is gone
+
+
+async def test_a_job_a_pod_names_is_found_before_any_list_shows_it() -> None:
+    slurm = Slurm("v0.0.38", [])
+    named: set[int] = set()
+    t, _ = tracker(slurm, named)
+    await t.poll_once()  # the first, whole list: empty
+    slurm.site[7] = job(7, "PENDING")
+    named.add(7)  # the webhook submitted it; its Pod arrived
+    await t.poll_once()
+    assert t.by_claim["c7"].job_id == 7 and slurm.calls[-1] == ("whole", [7])
+
+
+async def test_a_foreign_job_a_pod_names_is_read_once() -> None:
+    slurm = Slurm("v0.0.42", [job(9, "RUNNING", claim="")])
+    t, _ = tracker(slurm, named={9})  # a user wrote someone else's job id on a Pod
+    await t.poll_once()
+    await t.poll_once()
+    slurm.calls.clear()
+    for _ in range(3):
+        t.schedule.idle_at = float("-inf")
+        await t.poll_once()
+    assert slurm.calls == [] and t.by_claim == {}
+
+
+async def test_22_05_reads_each_job_and_spaces_the_reads() -> None:
+    slurm = Slurm("v0.0.38", [job(i, "PENDING") for i in range(1, 201)])
+    t, _ = tracker(slurm)
+    await t.poll_once()
+    delay = await t.poll_once()
+    assert slurm.calls[-1] == ("whole", list(range(1, 201)))
+    assert delay >= 200 / jobpoll.READS_PER_SECOND
+
+
+async def test_a_pushed_end_is_read_at_the_next_poll_even_when_idle() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, seen = tracker(slurm)
+    await t.poll_once()
+    await t.poll_once()  # the idle look at every job
+    slurm.site[1] = dataclasses.replace(job(1, "COMPLETING"), nodes=("n1",))
+    assert t.pushed(1, "ended", ("n1",)) == "polled"
+    slurm.calls.clear()
+    seen.clear()
+    await t.poll_once()
+    assert slurm.calls == [("states", [1]), ("whole", [1])]
+    assert seen == [("c1", "COMPLETING")]
+
+
+async def test_a_failed_poll_keeps_what_a_push_asked_for() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, _ = tracker(slurm)
+    await t.poll_once()
+    await t.poll_once()
+    t.pushed(1, "ended", ("n1",))
+
+    async def down(ids: Iterable[int]) -> dict[int, Any]:
+        raise ConnectionError("slurmrestd away")
+    slurm.job_states = down  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        await t.poll_once()
+    del slurm.job_states  # back
+    slurm.calls.clear()
+    await t.poll_once()
+    assert ("states", [1]) in slurm.calls
+
+
+async def test_running_jobs_are_read_whole_where_preemption_hides_in_preempt_time() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, seen = tracker(slurm)
+    t.running_detail = True
+    await t.poll_once()
+    slurm.site[1] = job(1, "RUNNING", preempt_time=5)  # same state list, now preempted
+    seen.clear()
+    t.schedule.idle_at = float("-inf")
+    await t.poll_once()
+    assert t.by_claim["c1"].preempted and seen == [("c1", "RUNNING")]
+
+
+def test_the_whole_list_comes_back_rarely_and_when_asked() -> None:
+    s = Schedule(full_every=300)
+    assert s.plan(0, {}, (), (), 1).full
+    s.done_full(0)
+    assert not s.plan(1, {}, (), (), 1).full
+    s.want_full()
+    assert not s.plan(2, {}, (), (), 1).full  # asked, but within FULL_MIN_GAP of the last
+    assert s.plan(jobpoll.FULL_MIN_GAP, {}, (), (), 1).full
+    s.done_full(10)
+    assert not s.plan(309, {}, (), (), 1).full and s.plan(310, {}, (), (), 1).full
+
+
+def test_in_flight_jobs_are_asked_every_tick_the_others_at_the_idle_rate() -> None:
+    s = Schedule()
+    s.done_full(0)
+    known = {1: job(1, "PENDING"), 2: job(2, "RUNNING"), 3: job(3, "RUNNING", preempt_time=4)}
+    assert s.plan(1, known, (), (), 10).ids == {1, 2, 3}  # the first idle look
+    assert s.plan(1.1, known, (), (), 10).ids == {1, 3}
+    assert s.plan(11.1, known, (), (), 10).ids == {1, 2, 3}
+
+
+def test_pending_jobs_are_read_whole_now_and_then_for_their_reason() -> None:
+    s = Schedule()
+    s.done_full(0)
+    known = {1: job(1, "PENDING")}
+    assert s.plan(1, known, (), (), 10).detail == {1}
+    s.read_whole([1], 1)
+    assert s.plan(2, known, (), (), 10).detail == set()
+    assert s.plan(1 + jobpoll.DETAIL_EVERY, known, (), (), 10).detail == {1}
+
+
+def test_the_hook_is_trusted_until_a_poll_sees_a_change_first() -> None:
+    now = [1000.0]
+    h = HookHealth(clock=lambda: now[0])
+    assert not h.ok  # never heard from
+    h.pushed()
+    assert h.ok
+    h.saw(int(now[0]) - 1, was_pushed=False)  # a poll quicker than the push: no miss
+    assert h.ok
+    now[0] += 1
+    h.saw(int(now[0]) - 10, was_pushed=False)  # Slurm ended it 10 s ago; no push came
+    assert not h.ok
+    assert jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.SLOW_POLL
+    now[0] += 1
+    h.pushed()
+    assert h.ok and jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.HOOK_IDLE_POLL
+
+
+async def test_a_start_no_push_announced_marks_the_hook_unhealthy() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "PENDING")])
+    t, _ = tracker(slurm)
+    t.hook.pushed()  # the hook told of some other job
+    await t.poll_once()
+    slurm.site[1] = dataclasses.replace(job(1, "RUNNING"), start_time=1)  # long ago
+    await t.poll_once()
+    assert not t.hook.ok
