@@ -21,7 +21,7 @@ a submit whose answer was lost may have made a job no Pod names) and parsed only
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurmgate.slurm import IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
@@ -34,6 +34,11 @@ FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this o
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
 HOOK_MISS_AFTER = 3  # s: a start or end a poll saw first, this long after Slurm's own time
+# A preempted job runs out its partition's GraceTime still RUNNING: the preemption shows only in
+# its whole record (preempt_time), neither in GET /jobs/state nor in any push. So a running job
+# of ours in a partition with a GraceTime is read whole every tenth of it (at least 1 s apart),
+# leaving the Pod nine tenths of the GraceTime to stop before Slurm kills the placeholder.
+PREEMPT_NOTICE_SHARE = 0.1
 
 
 def poll_delay(in_flight: bool, took: float, hook_ok: bool = False) -> float:
@@ -69,7 +74,9 @@ class Schedule:
         self.full_wanted = True
 
     def plan(self, now: float, known: dict[int, JobInfo], named: Iterable[int],
-             pushed: Iterable[int], idle_every: float) -> Plan:
+             pushed: Iterable[int], idle_every: float,
+             grace: Mapping[str, int] | None = None) -> Plan:
+        """`grace`: partition -> GraceTime (s) of the partitions that have one."""
         if now - self.full_at >= self.full_every or (
                 self.full_wanted and now - self.full_at >= FULL_MIN_GAP):
             return Plan(full=True)
@@ -86,7 +93,10 @@ class Schedule:
             ask = new | moving | pushed_ids
         stale = {i for i in ask & set(known) if known[i].state == PENDING
                  and now - self.detail_at.get(i, float("-inf")) >= DETAIL_EVERY}
-        return Plan(ids=ask, detail=new | pushed_ids | stale)
+        preemptible = {i for i, j in known.items() if j.state == RUNNING and not j.preempted
+                       and (g := (grace or {}).get(j.partition))
+                       and now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
+        return Plan(ids=ask | preemptible, detail=new | pushed_ids | stale | preemptible)
 
     def done_full(self, now: float) -> None:
         self.full_at = now
@@ -103,28 +113,27 @@ class Schedule:
             self.detail_at.pop(i, None)
 
 
+def preempt_every(grace_seconds: int) -> float:
+    return max(1.0, grace_seconds * PREEMPT_NOTICE_SHARE)
+
+
 def changed(known: JobInfo | None, flags: frozenset[str]) -> bool:
     """Whether a job's state list differs from what we hold of it (a job we do not hold yet
     has changed)."""
     return known is None or flags != known.state_flags
 
 
-async def read(slurm: SlurmClient, plan: Plan, known: dict[int, JobInfo],
-               running_detail: bool) -> tuple[dict[int, JobInfo], set[int], int]:
+async def read(slurm: SlurmClient, plan: Plan,
+               known: dict[int, JobInfo]) -> tuple[dict[int, JobInfo], set[int], int]:
     """Ask Slurm about `plan.ids`. Returns (records read whole, ids Slurm no longer knows, how
-    many GET /job/{id} it took). `running_detail`: read RUNNING jobs whole even when their
-    state did not change (a preemption shows only in preempt_time while the job runs out its
-    GraceTime)."""
+    many GET /job/{id} it took)."""
     d = await slurm.dialect()
     whole = set(plan.detail)
     gone: set[int] = set()
-    if d.state_query:
-        states = await slurm.job_states(plan.ids)
-        gone = plan.ids - states.keys()
-        for i, (_, flags) in states.items():
-            k = known.get(i)
-            if changed(k, flags) or (running_detail and RUNNING in flags):
-                whole.add(i)
+    if d.state_query and plan.ids - whole:
+        states = await slurm.job_states(plan.ids - whole)
+        gone = plan.ids - whole - states.keys()
+        whole |= {i for i, (_, flags) in states.items() if changed(known.get(i), flags)}
     else:
         whole |= plan.ids
     whole -= gone

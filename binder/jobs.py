@@ -28,6 +28,7 @@ from slurmgate.slurm import (
     WAITING_STATES,
     JobInfo,
     SlurmClient,
+    SlurmError,
 )
 
 log = logging.getLogger("slurmgate.jobs")
@@ -61,15 +62,16 @@ def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
 class JobTracker:
     def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None],
                  comment_of: Callable[[int], str | None] = lambda _: None,
-                 named: Callable[[], Iterable[int]] = tuple, full_every: float = jobpoll.FULL_EVERY,
-                 running_detail: bool = True):
+                 named: Callable[[], Iterable[int]] = tuple,
+                 full_every: float = jobpoll.FULL_EVERY):
         self.slurm = slurm
         # the job ids our Pods' annotations name (some no poll has shown yet)
         self.named = named
         self.schedule = Schedule(full_every=full_every)
         self.hook = HookHealth()
-        # read RUNNING jobs whole at every look (see jobpoll.read)
-        self.running_detail = running_detail
+        # partition -> GraceTime (s), read with each whole list: how often a running job of
+        # ours there is read whole (jobpoll.PREEMPT_NOTICE_SHARE)
+        self.grace: dict[str, int] = {}
         # job id -> the comment of a job of ours no poll has shown yet (from the Pods)
         self.comment_of = comment_of
         self.on_change = on_change  # (claim, job or None when it left Slurm's list)
@@ -271,19 +273,20 @@ class JobTracker:
         known = {j.job_id: j for j in self.by_claim.values()}
         idle_every = jobpoll.HOOK_IDLE_POLL if self.hook.ok else SLOW_POLL
         plan = self.schedule.plan(sent, known, self.named(), {*self._pushed_at, *urgent},
-                                  idle_every)
+                                  idle_every, self.grace)
         reads = 0
         try:
             if plan.full:
                 # the whole list, parsed only for ours (the rest of the site is dropped unread)
                 jobs, _ = await self.slurm.jobs(None, comment_prefix=contract.COMMENT_PREFIX)
                 self._apply(jobs or [], sent)
+                self.schedule.read_whole((j.job_id for j in jobs or []), sent)
+                await self._read_grace()
                 self.schedule.done_full(sent)
                 self.synced.set()
                 outcome = "full"
             elif plan.ids:
-                fresh, gone, reads = await jobpoll.read(self.slurm, plan, known,
-                                                        self.running_detail)
+                fresh, gone, reads = await jobpoll.read(self.slurm, plan, known)
                 foreign = {i for i, j in fresh.items()
                            if contract.claim_from_comment(j.comment) is None}
                 self.schedule.left(gone | foreign)
@@ -303,6 +306,17 @@ class JobTracker:
         # 22.05 reads job by job: keep those reads under READS_PER_SECOND
         return max(poll_delay(self._in_flight(), took, self.hook.ok),
                    reads / jobpoll.READS_PER_SECOND)
+
+    async def _read_grace(self) -> None:
+        """The partitions' GraceTimes (GET /partitions: its cost follows the site's partitions,
+        a handful, never its jobs). On failure the last ones stay."""
+        try:
+            parts = await self.slurm.partitions()
+        except SlurmError as e:
+            log.warning("cannot read the partitions' GraceTime; keeping the last",
+                        extra=kv(error=str(e)))
+            return
+        self.grace = {p.name: p.grace_time_seconds for p in parts if p.grace_time_seconds}
 
     def want_full(self) -> None:
         """Read the whole list soon (at most every jobpoll.FULL_MIN_GAP): a job of ours may

@@ -239,8 +239,10 @@ class SlurmClient:
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, tuple[str, frozenset[str]]]:
         """The states of just these jobs (ids Slurm no longer knows are left out), from
-        GET /jobs/state?job_id=A,B,...: slurmctld looks up each id, so the cost follows the
-        ids asked, never the site's job count. Only where ``dialect.state_query``."""
+        GET /jobs/state?job_id=A&job_id=B...: slurmctld looks up each id, so the cost follows
+        the ids asked, never the site's job count. Only where ``dialect.state_query``. (The
+        OpenAPI document says "CSV list", but 26.05 answers "1,2" with a bare 500: the
+        parameter is repeated instead.)"""
         base, d = await self._base()
         if not d.state_query:
             raise NotImplementedError(f"slurmrestd {d.version} has no job_id-filtered "
@@ -252,7 +254,7 @@ class SlurmClient:
             try:
                 _, data = await self._request(
                     "GET", f"{base}/jobs/state/", what=f"states of {len(chunk)} jobs",
-                    params={"job_id": ",".join(map(str, chunk))})
+                    params=[("job_id", str(i)) for i in chunk])
             except SlurmUnavailable:
                 raise
             except SlurmError as e:

@@ -13,7 +13,7 @@ import pytest
 from slurmgate.binder import jobpoll
 from slurmgate.binder.jobpoll import HookHealth, Schedule
 from slurmgate.binder.jobs import JobTracker
-from slurmgate.slurm import JobInfo, dialects
+from slurmgate.slurm import JobInfo, PartitionInfo, dialects
 
 
 def job(i: int, st: str, claim: str | None = None, preempt_time: int = 0,
@@ -32,6 +32,7 @@ class Slurm:
         self.d = dialects.dialect(version)
         self.site = {j.job_id: j for j in jobs}
         self.calls: list[tuple[str, Any]] = []
+        self.grace: int | None = None  # the k8s partition's GraceTime
 
     async def dialect(self) -> dialects.Dialect:
         return self.d
@@ -46,6 +47,10 @@ class Slurm:
         self.calls.append(("whole", ids))
         return {i: self.site.get(i) for i in ids}
 
+    async def partitions(self) -> list[PartitionInfo]:
+        self.calls.append(("partitions", 0))
+        return [PartitionInfo("k8s", (), True, None, "UP", self.grace)]
+
     async def jobs(self, since: int | None = None, *,
                    comment_prefix: str | None = None) -> tuple[list[JobInfo], int]:
         self.calls.append(("list", len(self.site)))
@@ -56,7 +61,7 @@ class Slurm:
 def tracker(slurm: Slurm, named: set[int] | None = None) -> tuple[JobTracker, list[Any]]:
     seen: list[Any] = []
     t = JobTracker(slurm, lambda c, j: seen.append((c, j and j.state)),  # type: ignore[arg-type]
-                   named=lambda: named or set(), running_detail=False)
+                   named=lambda: named or set())
     return t, seen
 
 
@@ -69,7 +74,7 @@ async def test_after_the_first_list_only_our_jobs_are_asked_about(version: str) 
     slurm = Slurm(version, [job(1, "PENDING"), job(2, "RUNNING"), *foreign(3000)])
     t, seen = tracker(slurm)
     await t.poll_once()
-    assert slurm.calls == [("list", 3002)] and t.synced.is_set()
+    assert slurm.calls == [("list", 3002), ("partitions", 0)] and t.synced.is_set()
     assert {c for c, _ in seen} == {"c1", "c2"}
     slurm.calls.clear()
     await t.poll_once()
@@ -149,7 +154,7 @@ async def test_a_pushed_end_is_read_at_the_next_poll_even_when_idle() -> None:
     slurm.calls.clear()
     seen.clear()
     await t.poll_once()
-    assert slurm.calls == [("states", [1]), ("whole", [1])]
+    assert slurm.calls == [("whole", [1])]  # no state query first: it is read whole anyway
     assert seen == [("c1", "COMPLETING")]
 
 
@@ -162,25 +167,42 @@ async def test_a_failed_poll_keeps_what_a_push_asked_for() -> None:
 
     async def down(ids: Iterable[int]) -> dict[int, Any]:
         raise ConnectionError("slurmrestd away")
-    slurm.job_states = down  # type: ignore[method-assign]
+    slurm.jobs_by_id = down  # type: ignore[method-assign]
     with pytest.raises(ConnectionError):
         await t.poll_once()
-    del slurm.job_states  # back
+    del slurm.jobs_by_id  # back
     slurm.calls.clear()
     await t.poll_once()
-    assert ("states", [1]) in slurm.calls
+    assert slurm.calls == [("whole", [1])]
 
 
-async def test_running_jobs_are_read_whole_where_preemption_hides_in_preempt_time() -> None:
+async def test_a_preemption_is_noticed_within_a_tenth_of_the_grace_time() -> None:
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    slurm.grace = 30  # Slurm lets a preempted job run 30 s, still RUNNING
     t, seen = tracker(slurm)
-    t.running_detail = True
     await t.poll_once()
+    assert t.grace == {"k8s": 30}
     slurm.site[1] = job(1, "RUNNING", preempt_time=5)  # same state list, now preempted
     seen.clear()
-    t.schedule.idle_at = float("-inf")
+    t.schedule.idle_at = sent = float("inf")  # no idle look: only the GraceTime's pace
+    t.schedule.detail_at[1] = 0.0
+    plan = t.schedule.plan(2.9, {1: t.by_claim["c1"]}, (), (), 10, t.grace)
+    assert plan.detail == set()  # read whole 2.9 s ago: not yet
+    plan = t.schedule.plan(3.0, {1: t.by_claim["c1"]}, (), (), 10, t.grace)
+    assert plan.detail == {1} and sent
+    t.schedule.detail_at[1] = float("-inf")
     await t.poll_once()
     assert t.by_claim["c1"].preempted and seen == [("c1", "RUNNING")]
+
+
+async def test_without_a_grace_time_running_jobs_are_not_read_whole() -> None:
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, _ = tracker(slurm)
+    await t.poll_once()
+    for _ in range(3):
+        t.schedule.idle_at = float("-inf")
+        await t.poll_once()
+    assert ("whole", [1]) not in slurm.calls and ("states", [1]) in slurm.calls
 
 
 def test_the_whole_list_comes_back_rarely_and_when_asked() -> None:
