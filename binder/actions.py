@@ -28,8 +28,16 @@ from slurmgate.binder.podview import (
 )
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
-from slurmgate.slurm import ENDING_STATES, PENDING, JobInfo, SlurmClient, SlurmError
-from slurmgate.slurm.placeholder import job_spec, pod_display_name
+from slurmgate.slurm import (
+    ENDING_STATES,
+    PENDING,
+    JobInfo,
+    JobSpec,
+    SlurmClient,
+    SlurmError,
+    SlurmRefused,
+)
+from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
 
 log = logging.getLogger("slurmgate.actions")
 # A Pod the tenancy policy refuses now is looked at again after this (the policy may change)
@@ -39,6 +47,14 @@ SUBMITTED_KEEP = 60.0  # seconds a submit is remembered: the watch has the Pod's
 
 # the claims no cached Pod holds; adoption looks among their jobs
 UnclaimedJobs = Callable[[], list[JobInfo]]
+
+
+def _submit_event(e: SlurmError, spec: JobSpec) -> tuple[str, str]:
+    """Reason and message of the Event of a failed submit: a refusal in Slurm's own words,
+    apart from a Slurm that could not be reached or answered what we could not read."""
+    if isinstance(e, SlurmRefused):
+        return contract.EV_SUBMIT_REFUSED, refusal(e, spec)
+    return contract.EV_SUBMIT_FAILED, str(e)
 
 
 class Actions:
@@ -127,7 +143,7 @@ class Actions:
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
-            await self.events.emit(pod, contract.EV_SUBMIT_FAILED, str(e), warning=True)
+            await self.events.emit(pod, *_submit_event(e, spec), warning=True)
             raise
         self._remember_submit(claim, job_id)
         await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
@@ -183,8 +199,9 @@ class Actions:
             try:
                 job_id = await self.slurm.submit(spec)
             except SlurmError as e:
-                await asyncio.gather(*(self.events.emit(p, contract.EV_SUBMIT_FAILED, str(e),
-                                                        warning=True) for p in members))
+                reason, message = _submit_event(e, spec)
+                await asyncio.gather(*(self.events.emit(p, reason, message, warning=True)
+                                       for p in members))
                 raise
         self._remember_submit(claim, job_id)  # before the members' claims reach the watch
         now = str(int(time.time()))

@@ -66,6 +66,10 @@ JOB_STATE_DRY_RUN = "DryRun"  # a dryRun create: nothing was submitted
 
 # --- Event reasons on Pods (`kubectl describe pod`; users and alerts match on them) ---
 EV_JOB_SUBMITTED = "SlurmJobSubmitted"
+# Slurm answered the submit and said no (an invalid account or QOS, MaxJobCount reached): the
+# message starts with Slurm's own words. SlurmSubmitFailed: anything else (Slurm unreachable,
+# an answer we could not read).
+EV_SUBMIT_REFUSED = "SlurmSubmitRefused"
 EV_SUBMIT_FAILED = "SlurmSubmitFailed"
 EV_INVALID_REQUEST = "InvalidSlurmRequest"  # the binder could not make a job of the Pod
 EV_MISSING_CLAIM = "MissingClaim"  # a marked Pod the webhook never saw

@@ -17,8 +17,8 @@ from typing import Any
 from slurmgate import contract, faults, groups, podrequest, priorities, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
-from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmUnavailable
-from slurmgate.slurm.placeholder import job_spec, pod_display_name
+from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
+from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
 from slurmgate.webhook import metrics
 from slurmgate.webhook.patch import gate_pod
 from slurmgate.webhook.validate import check_fit
@@ -260,17 +260,7 @@ class Admitter:
         try:
             job_id = await submit
         except SlurmError as e:
-            if not self.settings.fail_open:
-                if isinstance(e, SlurmUnavailable):
-                    return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
-                return self._deny(uid, "SlurmSubmitFailed", f"Slurm refused the job: {e}")
-            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
-            annotations[contract.A_JOB_REASON] = str(e)[:200]
-            metrics.DECISIONS.labels("gated_submit_pending").inc()
-            warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
-                            "submitted when Slurm answers again")
-            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
-                             warnings=tuple(warnings))
+            return self._submit_failed(uid, e, job, pod_orig, annotations, warnings)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
         annotations[contract.A_JOB_STATE] = PENDING
@@ -281,6 +271,25 @@ class Admitter:
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
                           user=r.user, account=r.account, qos=r.qos, nice=r.nice))
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
+                         warnings=tuple(warnings))
+
+    def _submit_failed(self, uid: str, e: SlurmError, job: JobSpec, pod: dict[str, Any],
+                       annotations: dict[str, str], warnings: list[str]) -> dict[str, Any]:
+        """Denied, or with fail-open gated for the binder to submit when Slurm answers. A
+        refusal is denied either way, in Slurm's own words: Slurm did answer, and made no job."""
+        if isinstance(e, SlurmRefused):
+            return self._deny(uid, contract.EV_SUBMIT_REFUSED, refusal(e, job))
+        if not self.settings.fail_open:
+            if isinstance(e, SlurmUnavailable):
+                return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
+            return self._deny(uid, contract.EV_SUBMIT_FAILED,
+                              f"submitting the placeholder job failed: {e}")
+        annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
+        annotations[contract.A_JOB_REASON] = str(e)[:200]
+        metrics.DECISIONS.labels("gated_submit_pending").inc()
+        warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
+                        "submitted when Slurm answers again")
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
                          warnings=tuple(warnings))
 
     async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:

@@ -27,6 +27,7 @@ from slurmgate.slurm.models import (
     PartitionInfo,
     SlurmError,
     SlurmIgnoredField,
+    SlurmRefused,
     SlurmUnavailable,
 )
 from slurmgate.slurm.placeholder import SCRIPT as PLACEHOLDER_SCRIPT
@@ -54,5 +55,6 @@ __all__ = [
     "SlurmClient",
     "SlurmError",
     "SlurmIgnoredField",
+    "SlurmRefused",
     "SlurmUnavailable",
 ]

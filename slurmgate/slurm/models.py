@@ -206,6 +206,24 @@ class SlurmUnavailable(SlurmError):
     """slurmrestd/slurmctld cannot be reached (connection refused, timeout, 5xx): retry later."""
 
 
+class SlurmRefused(SlurmError):
+    """Slurm understood the request and said no: MaxJobCount reached, an association or QOS
+    limit, an invalid account, partition or QOS. ``errors`` are Slurm's own descriptions and
+    ``errnos`` its error numbers. Unlike SlurmUnavailable, Slurm answered; unlike a plain
+    SlurmError (an answer we could not read, a token we could not load), we know what it said,
+    and users must read that rather than our guess."""
+
+    @property
+    def said(self) -> str:
+        """Slurm's own words alone, for a message that names the job its own way."""
+        return "; ".join(self.errors) or "no reason given"
+
+    def __str__(self) -> str:
+        # No "(HTTP 500)": slurmrestd answers a refusal with 500, 404 or even 200 with
+        # errors[], so the status says nothing a user can act on (``.status`` keeps it).
+        return f"{self.message}: {self.said}"
+
+
 class SlurmIgnoredField(SlurmError):
     """slurmrestd accepted a request but dropped or misread a field we sent (a warning that
     points into our body). Never a silent downgrade: e.g. a dropped exclusive flag would let a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from slurmgate import contract
 from slurmgate.podrequest import PodRequest
-from slurmgate.slurm.models import JobSpec
+from slurmgate.slurm.models import JobSpec, SlurmRefused
 
 # The placeholder holds the allocation for a Pod. It ignores SIGTERM (and its `sleep` child
 # inherits the ignored disposition), so on preemption it survives Slurm's SIGTERM through
@@ -46,3 +46,14 @@ def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec
         time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
         user=r.user,
     )
+
+
+def refusal(e: SlurmRefused, spec: JobSpec) -> str:
+    """What a user reads when Slurm refuses a placeholder job (admission's denial, the
+    binder's Event): Slurm's own words first, then the options Slurm judged, since an account,
+    QOS or partition is what it most often refuses."""
+    judged = [f"{k} {v}" for k, v in (("account", spec.account), ("QOS", spec.qos),
+                                       ("partition", spec.partition), ("Slurm user", spec.user))
+              if v]
+    return f"Slurm refused the placeholder job: {e.said}" + (
+        f" ({', '.join(judged)})" if judged else "")

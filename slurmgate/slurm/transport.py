@@ -4,11 +4,13 @@ body: slurmrestd answers 200 while ignoring a field it does not know."""
 
 from __future__ import annotations
 
+import ast
+import json
 import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,12 @@ import aiohttp
 
 from slurmgate import jsonpool
 from slurmgate.slurm.dialects import body_warnings, error_text
-from slurmgate.slurm.models import SlurmError, SlurmIgnoredField, SlurmUnavailable
+from slurmgate.slurm.models import (
+    SlurmError,
+    SlurmIgnoredField,
+    SlurmRefused,
+    SlurmUnavailable,
+)
 from slurmgate.slurm.restmetrics import RestMetrics
 
 log = logging.getLogger("slurmgate.slurm")
@@ -25,15 +32,101 @@ log = logging.getLogger("slurmgate.slurm")
 _UNAVAILABLE_ERRNOS = frozenset(
     {1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 1804, 5004, 5005, 110, 111, 113}
 )
+# The first word of every `what` that reads as "Slurm refused to <what>"; other whats name
+# a thing ("job 7", "states of 3 jobs") and read as "Slurm refused the request for <what>".
+_VERBS = frozenset({"submit", "cancel", "list", "detect", "ping", "drain", "resume"})
+# A Python string or bytes literal, as aiohttp quotes the bytes it refused (repr).
+_LITERAL = re.compile(r"b?'(?:[^'\\]|\\.)*'" r'|b?"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STATUS_LINE = re.compile(r"HTTP/\d(?:\.\d)? (\d{3}) ")
+
+
+def _refused(what: str) -> str:
+    verb = what.split(" ", 1)[0]
+    return f"Slurm refused to {what}" if verb in _VERBS else f"Slurm refused the request for {what}"
+
+
+def _read_errors(items: Any) -> tuple[list[str], list[int]]:
+    """Slurm's words and numbers from an answer's errors[] (every dialect's entry shape)."""
+    errors: list[str] = []
+    errnos: list[int] = []
+    for item in items if isinstance(items, list) else []:
+        t, n = error_text(item)
+        errors.append(t)
+        if n is not None:
+            errnos.append(n)
+    return errors, errnos
+
+
+def _failure(what: str, status: int | None, errors: list[str], errnos: list[int], *,
+             said: bool, unreachable: bool = False) -> SlurmError:
+    """The error for an answer that is no success. ``said``: ``errors`` are Slurm's own (from
+    errors[]), not a snippet of a body we could not read; ``unreachable``: the answer itself
+    shows slurmrestd could not serve us (a 5xx that is not even JSON)."""
+    cls: type[SlurmError]
+    if (unreachable or status in (502, 503, 504)
+            or any(n in _UNAVAILABLE_ERRNOS for n in errnos)
+            or any("Unable to contact slurm controller" in e for e in errors)):
+        cls, head = SlurmUnavailable, f"{what} failed"
+    elif said:
+        cls, head = SlurmRefused, _refused(what)
+    else:
+        cls, head = SlurmError, f"{what} failed"
+    err = cls(head, status, errors)
+    err.errnos = errnos
+    return err
+
+
+def _unquote(quoted: str) -> str:
+    """The text aiohttp quoted in its error (a bytes or str repr), else ``quoted`` as is."""
+    best = ""
+    for m in _LITERAL.finditer(quoted):
+        try:
+            v = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError):
+            continue
+        text = v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)
+        if len(text) > len(best):
+            best = text
+    return best or quoted
+
+
+def _quoted_errors(text: str) -> list[Any]:
+    """The entries of the first errors[] in ``text``: whole ones only, the quote may be cut."""
+    m = re.search(r'"errors"\s*:\s*\[', text)
+    if m is None:
+        return []
+    dec = json.JSONDecoder()
+    items: list[Any] = []
+    i = m.end()
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text) or text[i] == "]":
+            return items
+        try:
+            item, i = dec.raw_decode(text, i)
+        except ValueError:
+            return items
+        items.append(item)
 
 
 def _garbled(what: str, quoted: str) -> SlurmError:
-    errnos = [int(n) for n in re.findall(r'error_number\\*"?:\s*(\d+)', quoted)]
-    descs = re.findall(r'"error\\*"?:\s*\\*"([^"\\]+)', quoted)
-    err = SlurmError(f"{what}: slurmrestd sent a malformed HTTP answer", None,
-                     descs or [quoted[:300]])
-    err.errnos = errnos
-    return err
+    """slurmrestd 26.05 answers some errors with the JSON body before the status line;
+    aiohttp refuses the message but quotes the bytes, and Slurm's errors[] are in the quote.
+    What Slurm said there is its answer; only a quote without it is a malformed answer."""
+    text = _unquote(quoted)
+    errors, errnos = _read_errors(_quoted_errors(text))
+    codes = _STATUS_LINE.findall(text)
+    status = int(codes[-1]) if codes else None
+    if not errors:  # a cut quote: Slurm's words and numbers by pattern, escaped or not
+        errors = re.findall(r'"(?:description|error)\\*"\s*:\s*\\*"([^"\\]+)', quoted)
+        errnos = [int(n) for n in re.findall(r'error_number\\*"?\s*:\s*(\d+)', quoted)]
+    if not errors:
+        err = SlurmError(f"{what}: slurmrestd sent a malformed HTTP answer", status,
+                         [quoted[:300]])
+        err.errnos = errnos
+        return err
+    return _failure(what, status, errors, errnos, said=True)
 
 
 class Token:
@@ -108,7 +201,7 @@ class Transport:
         path: str,
         *,
         what: str,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         body: Any = None,
         allow_304: bool = False,
         keep_comment_prefix: str | None = None,
@@ -138,8 +231,8 @@ class Transport:
                 f"{what}: cannot reach slurmrestd at {self.base_url}: {e}"
             ) from None
         except aiohttp.ClientResponseError as e:
-            # slurmrestd 26.05 answers some 404s with the body BEFORE the status line; aiohttp
-            # refuses the message but quotes it, and Slurm's error numbers are in the quote
+            # slurmrestd 26.05 answers some errors with the body BEFORE the status line:
+            # aiohttp refuses the message but quotes it, Slurm's own words included
             raise _garbled(what, str(e.message)) from None
         except TimeoutError:
             raise SlurmUnavailable(
@@ -157,35 +250,27 @@ class Transport:
             data = parsed if isinstance(parsed, dict) else None
         except ValueError:
             data = None
-        snippet = raw[:4096].decode("utf-8", errors="replace")  # for error messages only
         if status in (401, 403):
             self.token.invalidate()
-        errors: list[str] = []
-        errnos: list[int] = []
-        if data is not None:
-            for item in data.get("errors") or []:
-                t, n = error_text(item)
-                errors.append(t)
-                if n is not None:
-                    errnos.append(n)
-        if 200 <= status < 300 and data is None:
-            raise SlurmError(f"{what}: slurmrestd sent no JSON object", status, [snippet[:200]])
-        if 200 <= status < 300 and not errors:
-            ignored = body_warnings(data or {}) if body is not None else []
-            if ignored:
-                raise SlurmIgnoredField(
-                    f"{what}: slurmrestd ignored or misread fields we sent", status, ignored,
-                    data or {})
-            return status, data
-        if not errors and snippet.strip():
-            errors = [snippet.strip()[:500]]
-        unavailable = (
-            status in (502, 503, 504)
-            or (status >= 500 and data is None)
-            or any(n in _UNAVAILABLE_ERRNOS for n in errnos)
-            or any("Unable to contact slurm controller" in e for e in errors)
-        )
-        cls = SlurmUnavailable if unavailable else SlurmError
-        e2 = cls(f"{what} failed", status, errors)
-        e2.errnos = errnos
-        raise e2
+        return status, _checked(what, status, raw, data, body)
+
+
+def _checked(what: str, status: int, raw: bytes, data: dict[str, Any] | None,
+             sent: Any) -> dict[str, Any] | None:
+    """``data`` of an answer that is a success, else the error it is."""
+    snippet = raw[:4096].decode("utf-8", errors="replace")  # for error messages only
+    errors, errnos = _read_errors((data or {}).get("errors") or [])
+    if 200 <= status < 300 and data is None:
+        raise SlurmError(f"{what}: slurmrestd sent no JSON object", status, [snippet[:200]])
+    if 200 <= status < 300 and not errors:
+        ignored = body_warnings(data or {}) if sent is not None else []
+        if ignored:
+            raise SlurmIgnoredField(
+                f"{what}: slurmrestd ignored or misread fields we sent", status, ignored,
+                data or {})
+        return data
+    said = bool(errors)
+    if not said and snippet.strip():
+        errors = [snippet.strip()[:500]]
+    raise _failure(what, status, errors, errnos, said=said,
+                   unreachable=status >= 500 and data is None)

@@ -27,6 +27,7 @@ from slurmgate.slurm import (
     JobSpec,
     SlurmClient,
     SlurmError,
+    SlurmRefused,
     SlurmUnavailable,
 )
 
@@ -592,9 +593,11 @@ async def test_slurm_error_quotes_slurm_text(client: tuple[Fake, SlurmClient]) -
     with pytest.raises(SlurmError) as ei:
         await c.submit(JobSpec(name="n", comment="c", memory_mb=1, cpus=1, partition="nope"))
     e = ei.value
-    assert not isinstance(e, SlurmUnavailable)
+    assert isinstance(e, SlurmRefused) and not isinstance(e, SlurmUnavailable)
     assert e.status == 500 and e.errnos == [2000]
-    assert "Invalid partition name specified" in str(e) and "HTTP 500" in str(e)
+    # a refusal reads as Slurm's words; the HTTP status (500 for a bad request) stays out
+    assert str(e) == ("Slurm refused to submit job 'n': "
+                      "Invalid partition name specified (errno 2000)")
     assert e.errors == ["Invalid partition name specified (errno 2000)"]
 
 
