@@ -36,6 +36,7 @@ from slurmgate.slurm import (
     SlurmClient,
     SlurmError,
     SlurmRefused,
+    SlurmUnavailable,
 )
 from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
 
@@ -143,6 +144,7 @@ class Actions:
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
+            self._submit_failed(e)
             await self.events.emit(pod, *_submit_event(e, spec), warning=True)
             raise
         self._remember_submit(claim, job_id)
@@ -155,6 +157,10 @@ class Actions:
                                f"submitted placeholder job {job_id}"
                                + (f" as Slurm user {spec.user}" if spec.user else ""))
         return None
+
+    def _submit_failed(self, e: SlurmError) -> None:
+        if isinstance(e, SlurmUnavailable):  # no answer: the job may exist all the same
+            self.jobs.want_full()
 
     def _remember_submit(self, claim: str, job_id: int) -> None:
         now = time.time()
@@ -199,6 +205,7 @@ class Actions:
             try:
                 job_id = await self.slurm.submit(spec)
             except SlurmError as e:
+                self._submit_failed(e)
                 reason, message = _submit_event(e, spec)
                 await asyncio.gather(*(self.events.emit(p, reason, message, warning=True)
                                        for p in members))
