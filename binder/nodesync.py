@@ -17,6 +17,9 @@ from slurmgate.slurm import NodeInfo, SlurmClient
 
 log = logging.getLogger("slurmgate.nodesync")
 CACHE_SECONDS = 1.0
+# The periodic drift check reads the whole node list this often (its cost follows the site's
+# nodes); in between it reads only the nodes it may have to act on, one by one.
+WHOLE_LIST_EVERY = 300.0
 
 
 class NodeView(NamedTuple):
@@ -57,6 +60,11 @@ def tainted(node: dict[str, Any]) -> bool:
                for t in (node.get("spec") or {}).get("taints") or [])
 
 
+def ours_drained(sn: NodeInfo) -> bool:
+    drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
+    return drained and (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
+
+
 def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
     """What to do for a Node: "drain" its Slurm node once cordoned, "resume" it once
     uncordoned if we drained it, else None. A drain someone else made (an admin, Slurm's own
@@ -79,6 +87,7 @@ class NodeSync:
         self._nodes: dict[str, NodeInfo] = {}
         self._warned: set[str] = set()  # Nodes reported without the taint
         self._at = 0.0
+        self._whole_at = float("-inf")
         self._refreshing = asyncio.Lock()
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
@@ -100,12 +109,31 @@ class NodeSync:
 
     async def refresh(self) -> None:
         self._nodes = {n.name: n for n in await self.slurm.nodes()}
-        self._at = time.monotonic()
+        self._at = self._whole_at = time.monotonic()
+
+    async def _read_candidates(self) -> None:
+        """Between whole lists, read again only the Slurm nodes a drift check may act on: those
+        of cordoned Nodes (to drain) and those we last saw drained by us (to resume)."""
+        names = {n.name for n in self._nodes.values() if ours_drained(n)}
+        for node in list(self.nodes.store.values()):
+            view = node_view(node)
+            if view and view.slurm_node and view.unschedulable:
+                names.add(view.slurm_node)
+        for name in sorted(names):
+            sn = await self.slurm.node(name)
+            if sn is None:
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = sn
 
     async def drifted(self) -> list[str]:
-        """Nodes whose Slurm side disagrees with their cordon, from ONE node list: the periodic
-        check costs a REST call and a dict walk, not a queue item per Node."""
-        await self.refresh()
+        """Nodes whose Slurm side disagrees with their cordon. Every WHOLE_LIST_EVERY from ONE
+        node list, in between from the few nodes that can disagree: the periodic check costs a
+        REST call per cordoned or drained Node and a dict walk, not a queue item per Node."""
+        if time.monotonic() - self._whole_at >= WHOLE_LIST_EVERY:
+            await self.refresh()
+        else:
+            await self._read_candidates()
         out = []
         untainted = []
         for key, node in list(self.nodes.store.items()):

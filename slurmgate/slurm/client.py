@@ -308,6 +308,23 @@ class SlurmClient:
         _, data = await self._request("GET", f"{base}/nodes", what="list nodes")
         return [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
 
+    async def node(self, name: str) -> NodeInfo | None:
+        """One node's record (None: Slurm has no such node), GET /node/{name}: its cost is one
+        node's, whatever the site's size."""
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            raise ValueError(f"bad node name {name!r}")
+        base, _ = await self._base()
+        try:
+            _, data = await self._request("GET", f"{base}/node/{name}", what=f"node {name}")
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if e.status == 404:
+                return None
+            raise
+        found = [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
+        return next((n for n in found if n.name == name), None)
+
     async def partitions(self) -> list[PartitionInfo]:
         base, _ = await self._base()
         _, data = await self._request("GET", f"{base}/partitions", what="list partitions")

@@ -95,10 +95,15 @@ class FakeSlurm:
     def __init__(self, nodes: list[NodeInfo]) -> None:
         self._nodes = nodes
         self.calls = 0
+        self.one_by_one: list[str] = []
 
     async def nodes(self) -> list[NodeInfo]:
         self.calls += 1
         return self._nodes
+
+    async def node(self, name: str) -> NodeInfo | None:
+        self.one_by_one.append(name)
+        return next((n for n in self._nodes if n.name == name), None)
 
 
 def test_drift_check_is_one_list_call() -> None:
@@ -110,6 +115,21 @@ def test_drift_check_is_one_list_call() -> None:
     drifted = asyncio.run(b.nodesync.drifted())
     assert drifted == ["kwok-n1"]  # uncordoned but still drained by us: resume it
     assert fake.calls == 1
+
+
+def test_between_whole_lists_the_drift_check_reads_only_nodes_it_may_act_on() -> None:
+    def plain(i: int) -> NodeInfo:
+        return NodeInfo(name=f"n{i}", state="IDLE", flags=frozenset(), cpus=4,
+                        real_memory_mb=1, partitions=(), reason="", features=(), gres="")
+    fake = FakeSlurm([snode("IDLE", ("DRAIN",), OURS)] + [plain(i) for i in range(2, 200)])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {f"kwok-n{i}": knode(f"kwok-n{i}", f"n{i}") for i in range(1, 200)}
+    b.nodes.store["kwok-n7"]["spec"]["unschedulable"] = True  # cordoned, not drained yet
+    assert sorted(asyncio.run(b.nodesync.drifted())) == ["kwok-n1", "kwok-n7"]
+    assert fake.calls == 1 and fake.one_by_one == []  # the first check: one whole list
+    fake._nodes[0] = plain(1)  # we resumed n1; an admin drained nobody
+    assert asyncio.run(b.nodesync.drifted()) == ["kwok-n7"]
+    assert fake.calls == 1 and sorted(fake.one_by_one) == ["n1", "n7"]  # 2 of 199 nodes
 
 
 def test_slurm_nodes_without_the_taint_are_counted() -> None:
