@@ -171,7 +171,8 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
        node_cpus: int = 8, slurm_version: str | None = None, gpu_nodes: int = 2,
        gpus_per_node: int = 4, gpu_type: str = "a100",
        real_nodes: int | Sequence[realnode.NodeSpec] = 0,
-       features: dict[str, str] | None = None) -> Local:
+       features: dict[str, str] | None = None,
+       site: slurm.SiteLayout | None = None) -> Local:
     """Start Slurm (release: `slurm_version`, else $SLURM_VERSION, else the newest) and the
     Kubernetes control plane, one kwok Node per Slurm node. The last `gpu_nodes` (at most
     half) have `gpus_per_node` GPUs of `gpu_type` in Slurm (gres) and on their Node
@@ -182,7 +183,9 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
     (a Node labelled contract.NODE_LABEL=<Slurm node> stands for that Slurm node instead of a
     kwok Node, and carries contract.TAINT like the others). With real Nodes, slurmrestd and the
     apiserver also listen on the Node IP, for Pods on the Nodes' bridges.
-    features: Slurm Features= by node (e.g. {"n2": "real"}, asked for with a constraint)."""
+    features: Slurm Features= by node (e.g. {"n2": "real"}, asked for with a constraint).
+    site: other users' slurmd and partition, and job limits (cluster.slurm_conf.SiteLayout):
+    Slurm only, no Node stands for them."""
     down(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -197,7 +200,7 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
                         version=slurm_version, gpu_nodes=gpu_nodes,
                         gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                         rest_listen_ips=(node_ip,) if node_ip else (), features=features,
-                        slurmd_nice=_slurmd_nice())
+                        slurmd_nice=_slurmd_nice(), site=site)
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
         # the real Nodes register themselves before the slurmd Pods are placed on them
         real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET)

@@ -33,10 +33,16 @@ from typing import Any
 from cluster import proc, slurm_accounting, slurm_release, unix_users
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
-from cluster.slurm_conf import GpuLayout, gpu_files, gres_conf_text, slurm_conf_text
+from cluster.slurm_conf import (
+    GpuLayout,
+    SiteLayout,
+    gpu_files,
+    gres_conf_text,
+    slurm_conf_text,
+)
 from cluster.slurm_stop import stop
 
-__all__ = ["ClusterError", "SlurmCluster", "load", "start", "stop", "throwaway"]
+__all__ = ["ClusterError", "SiteLayout", "SlurmCluster", "load", "start", "stop", "throwaway"]
 
 REST_USER = "slurmrest"
 HOOK = Path(__file__).resolve().parent.parent / "slurmgate" / "hooks" / "slurmgate-notify"
@@ -64,6 +70,7 @@ def start(
     rest_listen_ips: tuple[str, ...] = (),
     features: dict[str, str] | None = None,
     slurmd_nice: int = 0,
+    site: SiteLayout | None = None,
 ) -> SlurmCluster:
     """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
     and slurmrestd; return when all are ready.
@@ -72,9 +79,11 @@ def start(
     ("" = untyped) as gres; gpu_nodes=0 for none. `rest_listen_ips`: slurmrestd also listens
     there (Pods on a real Node's bridge reach it at the Node's IP); `features`: Features= by node.
     `slurmd_nice`: every slurmd, and so every job it starts, runs at this nice(1) level.
+    `site`: other users' slurmd and partition beside ours, and job limits (a busy-site bench;
+    SiteLayout, None: none). Their slurmd start and stop with the rest; no Node stands for them.
 
-    Ports: slurmctld base+17, slurmd nX base+100+X, slurmrestd base+20, slurmdbd base+21,
-    MariaDB base+22.
+    Ports: slurmctld base+17, slurmd nX base+100+X (the site's after them), slurmrestd
+    base+20, slurmdbd base+21, MariaDB base+22.
     On any failure the daemons started so far are stopped and ClusterError is raised.
     """
     run_dir = Path(run_dir).resolve()
@@ -82,8 +91,10 @@ def start(
     root = slurm_release.build_root(rel)  # before anything starts: the first build is slow
     if (run_dir / RECORD_FILE).exists():
         stop(run_dir)  # a previous cluster in the same dir: never leave two running
-    _check_ports_free(base_port, n_nodes, accounting)
+    site = site or SiteLayout()
+    _check_ports_free(base_port, n_nodes + len(site.other_nodes), accounting)
     c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
+    c.site_nodes, c.site_partition = list(site.other_nodes), site.other_partition
     gpus = GpuLayout.last(c.nodes, gpu_nodes, gpus_per_node, gpu_type)
     c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
     c.rest_listen_ips = list(rest_listen_ips)
@@ -101,7 +112,7 @@ def start(
         _write_cli_wrappers(c)
         _start_munged(c)
         c.save()
-        _write_config(c, rel, base_port, grace_time, accounting)
+        _write_config(c, rel, base_port, grace_time, accounting, site)
         if accounting:
             slurm_accounting.start(c, base_port, _munge_socket(c), timeout)
             c.save()
@@ -164,7 +175,7 @@ def _prepare_dirs(c: SlurmCluster) -> None:
             shutil.rmtree(p)  # fresh job/node state every time
         p.mkdir(exist_ok=True)
         p.chmod(0o755)
-    for n in c.nodes:
+    for n in [*c.nodes, *c.site_nodes]:
         (c.run_dir / "spool" / n).mkdir(exist_ok=True)
 
 
@@ -226,7 +237,7 @@ def _start_munged(c: SlurmCluster) -> None:
 
 
 def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
-                  grace_time: int, accounting: bool) -> None:
+                  grace_time: int, accounting: bool, site: SiteLayout | None = None) -> None:
     """jwt.key, slurm.conf, gres.conf and the release's cgroup.conf, read by slurmctld and
     slurmd."""
     proc.write_private(c.run_dir / "jwt.key", os.urandom(32), 0o600)
@@ -234,7 +245,7 @@ def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
     gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
                                       base_port, _munge_socket(c), c.cluster_name, grace_time,
-                                      acct, gpus, c.features))
+                                      acct, gpus, c.features, site))
     c.conf.chmod(0o644)
     dev_dir = c.run_dir / "gpu-dev"
     dev_dir.mkdir(exist_ok=True)
@@ -269,7 +280,8 @@ def ctld_up(c: SlurmCluster) -> bool:
 
 def _start_slurmds(c: SlurmCluster, timeout: float) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    for n in c.nodes:
+    every = [*c.nodes, *c.site_nodes]
+    for n in every:
         argv, env = c.slurmd(n)
         procs[n] = proc.spawn(c.run_dir / "log", f"slurmd-{n}", argv, env)
         c.pids[f"slurmd-{n}"] = procs[n].pid
@@ -283,7 +295,7 @@ def _start_slurmds(c: SlurmCluster, timeout: float) -> None:
         if out.returncode != 0:
             return False
         states = dict(line.split() for line in out.stdout.splitlines() if line.strip())
-        return all(states.get(n) == "idle" for n in c.nodes)
+        return all(states.get(n) == "idle" for n in every)
 
     proc.wait_until("slurmd nodes idle", all_idle, timeout, c.run_dir / "log" / "ctld.log")
 

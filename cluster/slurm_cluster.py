@@ -50,6 +50,10 @@ class SlurmCluster:
     # nice(1) of every slurmd and so of every job it starts: on one host the slurmd stand for
     # other machines, and a bench can keep them from taking the control plane's cores
     slurmd_nice: int = 0
+    # slurmd of other users' partition (a busy-site bench): in slurm.conf and started like
+    # the others, but no Kubernetes Node stands for them (cluster/slurm_conf.SiteLayout)
+    site_nodes: list[str] = field(default_factory=list)
+    site_partition: str = ""
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""
