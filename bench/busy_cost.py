@@ -1,0 +1,173 @@
+"""What slurmgate costs a busy site, from two samples around a window (bench/busy.py): its
+requests, bytes and latency to slurmrestd by endpoint (its own Prometheus counters), and the
+CPU of Slurm's daemons and of slurmgate's processes (/proc). The arithmetic is pure, so the
+unit tests feed it real scrapes and numbers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import util
+from bench.stats import hist_lat
+from cluster import proc
+
+Samples = list[tuple[str, dict[str, str], float]]
+# Slurm's side of the bill: slurmctld, its script runner (the prolog/epilog hooks of every job)
+# and slurmrestd; SITE_TOTAL is "slurmrestd + slurmctld" of the issue, slurmscriptd included
+SITE = ("slurmctld", "slurmscriptd", "slurmrestd")
+SITE_TOTAL = "slurmrestd+slurmctld"
+
+
+def _series(samples: Samples, metric: str) -> dict[tuple[tuple[str, str], ...], float]:
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for name, labels, v in samples:
+        if name == metric:
+            key = tuple(sorted(labels.items()))
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def counter_delta(before: Samples, after: Samples, metric: str) -> dict[tuple[tuple[str, str],
+                                                                              ...], float]:
+    """Per label set, how much a counter grew (a series new in `after` counts from 0)."""
+    was = _series(before, metric)
+    return {k: v - was.get(k, 0.0) for k, v in _series(after, metric).items()
+            if v - was.get(k, 0.0) > 0}
+
+
+def rest_by_endpoint(before: Samples, after: Samples, component: str,
+                     seconds: float) -> dict[str, dict[str, Any]]:
+    """slurmgate_<component>_slurmrestd_* between two scrapes: per endpoint the requests (and
+    by "METHOD status"), per second and per minute, bytes per second, and p50/p99 of the
+    request-time histogram; "all" sums the endpoints."""
+    p = f"slurmgate_{component}_slurmrestd"
+    out: dict[str, dict[str, Any]] = {}
+
+    def row(ep: str) -> dict[str, Any]:
+        return out.setdefault(ep, {"requests": 0.0, "by": {}, "bytes": 0.0})
+
+    for key, n in counter_delta(before, after, f"{p}_requests_total").items():
+        lab = dict(key)
+        ep = lab.get("endpoint", "")
+        r = row(ep)
+        r["requests"] += n
+        how = f"{lab.get('method', '')} {lab.get('status', '')}"
+        r["by"][how] = r["by"].get(how, 0.0) + n
+    for key, n in counter_delta(before, after, f"{p}_response_bytes_total").items():
+        row(dict(key).get("endpoint", ""))["bytes"] += n
+    total = {"requests": 0.0, "by": {}, "bytes": 0.0}
+    for ep, r in out.items():
+        h = util.hist_delta(util.histogram(after, f"{p}_request_seconds", endpoint=ep),
+                            util.histogram(before, f"{p}_request_seconds", endpoint=ep))
+        r.update(hist_lat(h))
+        total["requests"] += r["requests"]
+        total["bytes"] += r["bytes"]
+    out = dict(sorted(out.items(), key=lambda kv: -kv[1]["requests"]))
+    if out:
+        out["all"] = total
+    for r in out.values():
+        r["per_s"] = round(r["requests"] / seconds, 3) if seconds > 0 else math.nan
+        r["per_min"] = round(60 * r["requests"] / seconds, 1) if seconds > 0 else math.nan
+        r["bytes_per_s"] = round(r["bytes"] / seconds, 1) if seconds > 0 else math.nan
+    return out
+
+
+def cpu_delta_by_role(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+                      ) -> dict[str, float]:
+    """CPU seconds each role spent between two samples of {role: {pid: cpu s}}: a process
+    that appeared in between (a worker) counts from 0; one that is gone no longer counts."""
+    return {role: round(sum(v - before.get(role, {}).get(pid, 0.0)
+                            for pid, v in pids.items()), 3)
+            for role, pids in after.items()}
+
+
+def pct_of_core(cpu_s: dict[str, float], seconds: float) -> dict[str, float]:
+    """CPU seconds over a window as % of one core, with SITE_TOTAL over the SITE daemons."""
+    out = {k: round(100 * v / seconds, 2) for k, v in cpu_s.items()}
+    if any(k in cpu_s for k in SITE):
+        out[SITE_TOTAL] = round(100 * sum(cpu_s.get(k, 0.0) for k in SITE) / seconds, 2)
+    return out
+
+
+def site_cost(stopped: dict[str, float], running: dict[str, float]) -> dict[str, float]:
+    """What slurmgate adds to Slurm's daemons: % of a core with it running minus the same
+    background with it stopped (pct_of_core of each window), per daemon and in total."""
+    keys = [*SITE, SITE_TOTAL]
+    return {k: round(running.get(k, 0.0) - stopped.get(k, 0.0), 2) for k in keys
+            if k in running or k in stopped}
+
+
+# --------------------------------------------------------------------------- /proc readers
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime + the children it waited for (a slurmscriptd's hooks), in seconds."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    f = data[data.rindex(")") + 2:].split()
+    return sum(int(x) for x in f[11:15]) / util.CLK_TCK
+
+
+def children(pid: int, stats: dict[int, tuple[str, list[str]]] | None = None) -> dict[int, str]:
+    """Direct children of pid: {pid: command}."""
+    stats = stats if stats is not None else proc.proc_stats()
+    return {p: comm for p, (comm, f) in stats.items() if int(f[1]) == pid}
+
+
+@dataclass
+class Watched:
+    """The processes a window samples: Slurm's daemons by name, and slurmgate's by role (each
+    with its children: the binder's JSON parse workers)."""
+    site: dict[str, int]
+    ours: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, slurm_pids: dict[str, int], ours: dict[str, int]) -> Watched:
+        site = {k: slurm_pids[k] for k in ("slurmctld", "slurmrestd") if k in slurm_pids}
+        if "slurmctld" in site:
+            for pid, comm in children(site["slurmctld"]).items():
+                if comm.startswith("slurmscriptd"):
+                    site["slurmscriptd"] = pid
+        return cls(site, dict(ours))
+
+    def cpu(self) -> dict[str, dict[int, float]]:
+        out: dict[str, dict[int, float]] = {}
+        stats = proc.proc_stats() if self.ours else {}
+        for role, pid in self.site.items():
+            out[role] = _cpu_of([pid])
+        for role, pid in self.ours.items():
+            out[role] = _cpu_of([pid, *children(pid, stats)])
+        return out
+
+    def rss(self) -> dict[str, float]:
+        """RSS MiB of each of ours, its children (workers) summed apart as `<role>_workers`."""
+        out: dict[str, float] = {}
+        for role, pid in self.ours.items():
+            kids = list(children(pid))
+            out[role] = round(_rss([pid]), 1)
+            out[f"{role}_workers"] = round(_rss(kids), 1)
+        for role, pid in self.site.items():
+            out[role] = round(_rss([pid]), 1)
+        return out
+
+
+def _cpu_of(pids: list[int]) -> dict[int, float]:
+    out = {}
+    for p in pids:
+        try:
+            out[p] = proc_cpu(p)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _rss(pids: list[int]) -> float:
+    total = 0.0
+    for p in pids:
+        try:
+            total += util.rss_mib(p)
+        except OSError:
+            continue
+    return total

@@ -1,0 +1,251 @@
+"""The measured phases of the busy-site bench (bench/busy.py), on one cluster and one
+background: a cost window, a latency phase of marked Pods, the kube-scheduler floor, Slurm's
+floor (the same submit and cancel made directly to slurmrestd), the cleanup after each.
+Imports cluster.* (through bench.harness): import it only once the environment is set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import attribution, util
+from bench.busy_cost import Samples, Watched, cpu_delta_by_role, pct_of_core, rest_by_endpoint
+from bench.harness import Env
+from bench.observers import PodWatch
+from bench.stats import lat, log, spread
+from slurmgate.slurm import RUNNING, JobSpec
+from slurmgate.slurm.models import ENDED_STATES
+
+COMPONENTS = ("binder", "webhook")
+FLOOR_PARTITION = "k8s"
+
+
+async def scrape(env: Env) -> dict[str, Samples]:
+    """/metrics of the webhook and the binder (empty for one that does not answer)."""
+    out: dict[str, Samples] = {}
+    for name, get in (("binder", env.binder_metrics), ("webhook", env.webhook_metrics)):
+        try:
+            out[name] = await get()
+        except Exception:
+            out[name] = []
+    return out
+
+
+async def window(env: Env, watched: Watched, seconds: float, running: bool) -> dict[str, Any]:
+    """`seconds` of whatever runs now: CPU (% of a core) of Slurm's daemons and of ours, RSS,
+    and (slurmgate running) its slurmrestd requests by endpoint."""
+    m0 = await scrape(env) if running else {}
+    c0 = watched.cpu()
+    host0 = util.cpu_by_command()
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    dt = time.monotonic() - t0
+    c1 = watched.cpu()
+    host = util.cpu_delta(host0, util.cpu_by_command())
+    m1 = await scrape(env) if running else {}
+    cpu_s = cpu_delta_by_role(c0, c1)
+    out: dict[str, Any] = {"seconds": round(dt, 1), "cpu_s": cpu_s,
+                           "cpu_pct": pct_of_core(cpu_s, dt), "rss_mib": watched.rss(),
+                           "host_cpu_s": dict(list(host.items())[:10])}
+    if running:
+        out["rest"] = {c: rest_by_endpoint(m0.get(c, []), m1.get(c, []), c, dt)
+                       for c in COMPONENTS}
+        out["binder_polls"] = {
+            k: util.prom_sum(m1["binder"], "slurmgate_binder_slurm_polls_total", outcome=k)
+            - util.prom_sum(m0["binder"], "slurmgate_binder_slurm_polls_total", outcome=k)
+            for k in ("changed", "not_modified")}
+    return out
+
+
+async def wait_ours_idle(env: Env, job_ids: set[int], limit: float = 120.0) -> float:
+    """Until each of `job_ids` has ended and every node of our partition is idle (never a
+    list of every job: on a busy site that is the expensive read); cancels what is still
+    there half-way. Returns seconds."""
+    t0 = time.monotonic()
+    left = set(job_ids)
+    cancelled = False
+    while True:
+        for j in sorted(left):
+            try:
+                info = await env.slurm.job(j)
+            except Exception:
+                continue
+            if info is None or info.state in ENDED_STATES:
+                left.discard(j)
+        try:
+            nodes = [n for n in await env.slurm.nodes() if FLOOR_PARTITION in n.partitions]
+        except Exception:
+            nodes = []
+        busy = [n.name for n in nodes if n.state != "IDLE" or "COMPLETING" in n.flags]
+        if not left and nodes and not busy:
+            return round(time.monotonic() - t0, 1)
+        waited = time.monotonic() - t0
+        if waited > limit / 2 and left and not cancelled:
+            cancelled = True
+            await env.cancel_jobs(sorted(left), 8)
+        if waited > limit:
+            raise TimeoutError(f"our jobs {sorted(left)[:5]} or nodes {busy[:5]} still busy "
+                               f"after {limit:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+async def clear(env: Env, ns: str, job_ids: set[int]) -> None:
+    await env.delete_pods(ns)
+    await env.wait_no_pods(ns, limit=120)
+    await wait_ours_idle(env, job_ids)
+
+
+def evictions(binder_log: Path, ns: str, offset: int) -> dict[str, float]:
+    """Pod name -> wall time of the binder's "pod evicted" line for it (namespace ns)."""
+    out: dict[str, float] = {}
+    with binder_log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            if b'"pod evicted"' not in raw:
+                continue
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            pod = str(doc.get("pod", "")) if isinstance(doc, dict) else ""
+            if doc.get("msg") == "pod evicted" and pod.startswith(f"{ns}/"):
+                out.setdefault(pod[len(ns) + 1:], float(doc.get("ts", 0.0)))
+    return out
+
+
+async def end_noticed(env: Env, pods: dict[str, int], ns: str, limit: float = 30.0
+                      ) -> list[float]:
+    """Slurm ends each job (cancelled directly, one after the other); seconds until the binder
+    evicts its Pod, as its log tells."""
+    _, binder_log = env.logs()
+    out = []
+    for name, job in pods.items():
+        at = attribution.size_of(binder_log)
+        t0 = time.time()
+        await env.slurm.cancel(job, "KILL")
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            seen = evictions(binder_log, ns, at)
+            if name in seen:
+                out.append(seen[name] - t0)
+                break
+            await asyncio.sleep(0.05)
+    return out
+
+
+async def latency(env: Env, ns_name: str, pods: int, nodes: int) -> dict[str, Any]:
+    """`pods` marked Pods in rounds of `nodes` (each gets a node): each created alone
+    (admission), bound (create -> bound; Slurm RUNNING -> noticed -> bound by the logs), then
+    half of each round's jobs ended by Slurm (seconds until the binder evicts the Pod) and the
+    rest deleted (the binder cancels their jobs)."""
+    ns = await env.namespace(ns_name)
+    ctld_log, binder_log = env.logs()
+    ctld_at, binder_at = attribution.size_of(ctld_log), attribution.size_of(binder_log)
+    w = PodWatch(env.kube, ns)
+    await w.start()
+    made_all, ends, unbound = [], [], 0
+    try:
+        for r in range(0, pods, nodes):
+            names = [f"p{i}" for i in range(r, min(pods, r + nodes))]
+            made = await env.create_pods(ns, names, True, ns_name, concurrency=1)
+            made_all += made
+            ok = {c.name for c in made if c.ok}
+            await w.wait_bound(ok, limit=120)
+            bound = {c.name: c.job_id for c in made if c.name in w.bound_at and c.job_id}
+            unbound += len(ok) - len(bound)
+            half = dict(list(bound.items())[: (len(bound) + 1) // 2])
+            ends += await end_noticed(env, half, ns)
+            await clear(env, ns, {c.job_id for c in made if c.job_id})
+    finally:
+        await w.stop()
+    att = attribution.attribute(
+        attribution.slurm_allocations(ctld_log, ctld_at),
+        attribution.binder_binds(binder_log, ns, binder_at), w.running_wall,
+        attribution.slurm_running(ctld_log, ctld_at), attribution.slurm_submits(ctld_log, ctld_at),
+        {c.name: c.t_send + time.time() - time.monotonic() for c in made_all})
+    out = {"admission": lat([c.t_done - c.t_send for c in made_all if c.ok]),
+           "create_errors": sorted({c.error for c in made_all if not c.ok})[:3],
+           "create_to_bound": spread(made_all, w.bound_at), "unbound": unbound,
+           "end_noticed": lat(ends), "ends_not_noticed": (pods + 1) // 2 - len(ends)}
+    for key, step in (("running_to_bound", "Slurm RUNNING -> bound (total)"),
+                      ("running_to_noticed", "Slurm RUNNING -> binder noticed"),
+                      ("allocated_to_noticed", "Slurm allocated -> binder noticed"),
+                      ("noticed_to_bound", attribution.NOTICED_TO_BOUND)):
+        out[key] = att.get(step, {})
+    return out
+
+
+async def kube_floor(env: Env, ns_name: str, pods: int) -> dict[str, Any]:
+    """Unmarked Pods, each created alone: admission without the webhook's work, and
+    kube-scheduler's create -> bound."""
+    ns = await env.namespace(ns_name)
+    w = PodWatch(env.kube, ns)
+    await w.start()
+    made = await env.create_pods(ns, [f"u{i}" for i in range(pods)], False, ns_name, 1)
+    await w.wait_bound({c.name for c in made if c.ok}, limit=120)
+    await w.stop()
+    await clear(env, ns, set())
+    return {"admission": lat([c.t_done - c.t_send for c in made if c.ok]),
+            "create_to_bound": spread(made, w.bound_at)}
+
+
+async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
+    """The webhook's submit and the binder's cancel, made directly to slurmrestd: each job
+    submitted alone, waited for until RUNNING, then cancelled (KILL)."""
+    ctld_log, _ = env.logs()
+    at = attribution.size_of(ctld_log)
+    submit, cancel, ids = [], [], []
+    for i in range(n):
+        spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024, cpus=1,
+                       partition=FLOOR_PARTITION)
+        t0 = time.perf_counter()
+        jid = await env.slurm.submit(spec)
+        submit.append(time.perf_counter() - t0)
+        ids.append(jid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            j = await env.slurm.job(jid)
+            if j is not None and j.state == RUNNING:
+                break
+            await asyncio.sleep(0.05)
+        t0 = time.perf_counter()
+        await env.slurm.cancel(jid, "KILL")
+        cancel.append(time.perf_counter() - t0)
+    await wait_ours_idle(env, set(ids))
+    sub, run = attribution.slurm_submits(ctld_log, at), attribution.slurm_running(ctld_log, at)
+    return {"submit": lat(submit), "cancel": lat(cancel),
+            "submit_to_running": lat([run[j] - sub[j] for j in ids if j in sub and j in run])}
+
+
+async def pods_in_flight(env: Env, watched: Watched, ns_name: str, pods: int, nodes: int,
+                         seconds: float) -> dict[str, Any]:
+    """`pods` marked Pods at once (as many bound as there are nodes, the rest gated behind
+    them), then a cost window; the binder cancels every job once they are deleted."""
+    ns = await env.namespace(ns_name)
+    w = PodWatch(env.kube, ns)
+    await w.start()
+    made = await env.create_pods(ns, [f"f{i}" for i in range(pods)], True, ns_name, pods)
+    want = min(pods, nodes)
+    for _ in range(600):  # 120 s
+        if len(w.bound_at) >= want:
+            break
+        await asyncio.sleep(0.2)
+    bound = len(w.bound_at)
+    await asyncio.sleep(2.0)
+    out = await window(env, watched, seconds, running=True)
+    out["pods"] = {"created": sum(c.ok for c in made), "bound": bound}
+    await w.stop()
+    await clear(env, ns, {c.job_id for c in made if c.job_id})
+    return out
+
+
+async def delete_lease(env: Env, namespace: str, name: str) -> None:
+    """A stopped binder does not give its Lease back; the next one would wait it out."""
+    try:
+        await env.kube.request(
+            "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+    except Exception as e:  # 404: none yet
+        log(f"lease delete: {e}")

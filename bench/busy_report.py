@@ -1,0 +1,256 @@
+"""The busy-site bench's tables (Markdown, one per release, a column per background size N)
+and its verdicts against issue 29's targets. Pure: reads the results dict only."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from bench.busy_cost import SITE_TOTAL
+from bench.stats import fmt
+
+Seg = dict[str, Any]
+COMPONENTS = ("binder", "webhook")
+CALM = ("idle", "idle_nohook", "pods")  # the cost windows with slurmgate running
+
+
+def get(d: Any, *path: str) -> Any:
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float) or math.isnan(x):
+        return None
+    return float(x)
+
+
+def num(x: Any) -> str:
+    v = number(x)
+    if v is None:
+        return "-"
+    if v.is_integer() or abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return fmt(v)
+
+
+def p50_99(d: Any) -> str:
+    """"p50 / p99" of a latency summary (bench.stats.lat or hist_lat), in ms."""
+    if not isinstance(d, dict) or not d.get("n"):
+        return "-"
+    return f"{num(d.get('p50_ms'))} / {num(d.get('p99_ms'))}"
+
+
+def ratio(x: Any, floor: Any) -> str:
+    a, b = number(x), number(floor)
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def rest_total(win: Any, key: str) -> float | None:
+    """A window's `key` (per_min, bytes_per_s) over the binder and the webhook together."""
+    rest = get(win, "rest")
+    if not isinstance(rest, dict):
+        return None
+    return sum(get(rest, c, "all", key) or 0.0 for c in COMPONENTS)
+
+
+def kib(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1024:,.1f} KiB/s"
+
+
+def worst_read(win: Any) -> tuple[str, float] | None:
+    """(component endpoint, p99 ms) of slurmgate's slowest read (GET-only endpoint)."""
+    worst: tuple[str, float] | None = None
+    for c in COMPONENTS:
+        for ep, r in (get(win, "rest", c) or {}).items():
+            by = r.get("by") or {}
+            p99 = number(r.get("p99_ms"))
+            if ep == "all" or not by or not all(k.startswith("GET ") for k in by) \
+                    or p99 is None:
+                continue
+            if worst is None or p99 > worst[1]:
+                worst = (f"{c} {ep}", p99)
+    return worst
+
+
+# ------------------------------------------------------------------------------ the rows
+
+
+def _background(s: Seg) -> str:
+    return (f"{num(get(s, 'background', 'standing'))} "
+            f"({num(get(s, 'background', 'array_tasks'))})")
+
+
+def _per_window(s: Seg, f: Callable[[Any], Any]) -> str:
+    return " / ".join(num(f(s.get(k))) for k in CALM)
+
+
+def _requests(s: Seg) -> str:
+    return _per_window(s, lambda w: rest_total(w, "per_min"))
+
+
+def _bytes(s: Seg) -> str:
+    return " / ".join(kib(rest_total(s.get(k), "bytes_per_s")) for k in ("idle", "pods"))
+
+
+def _added(daemon: str) -> Callable[[Seg], str]:
+    return lambda s: " / ".join(num(get(s, "cost", k, daemon)) for k in CALM)
+
+
+def _own(role: str) -> Callable[[Seg], str]:
+    return lambda s: (f"{num(get(s, 'idle', 'cpu_pct', role))} / "
+                      f"{num(get(s, 'pods', 'cpu_pct', role))}, "
+                      f"{num(get(s, 'rss_peak_mib', role))}")
+
+
+def _slowest_read(s: Seg) -> str:
+    w = worst_read(s.get("pods"))
+    return f"{num(w[1])} ({w[0]})" if w else "-"
+
+
+def _lats(*paths: tuple[str, ...]) -> Callable[[Seg], str]:
+    return lambda s: "; ".join(p50_99(get(s, *p)) for p in paths)
+
+
+def _versus(ours: tuple[str, ...], floor: tuple[str, ...]) -> Callable[[Seg], str]:
+    return lambda s: (f"{p50_99(get(s, *ours))}; {p50_99(get(s, *floor))} "
+                      f"({ratio(get(s, *ours, 'p99_ms'), get(s, *floor, 'p99_ms'))})")
+
+
+def _cancels(s: Seg) -> str:
+    """slurmgate's cancels share the job/{id} histogram with its single-job reads: say how
+    many of the requests were DELETEs."""
+    by = get(s, "calls", "binder", "job/{id}", "by") or {}
+    deletes = sum(v for k, v in by.items() if k.startswith("DELETE "))
+    return (f"{_versus(('calls', 'binder', 'job/{id}'), ('floor', 'cancel'))(s)}, "
+            f"DELETE {num(deletes)} of {num(sum(by.values()))}")
+
+
+def rows(pods: int) -> list[tuple[str, Callable[[Seg], str]]]:
+    win = f"idle hook on / hook off / {pods} Pods"
+    return [
+        ("foreign jobs standing (array tasks)", _background),
+        ("churn issued, changes/s", lambda s: num(get(s, "churn", "changes_per_s"))),
+        (f"slurmgate -> slurmrestd requests/min: {win}", _requests),
+        (f"slurmgate <- slurmrestd bytes: idle / {pods} Pods", _bytes),
+        ("Slurm's CPU % of a core, slurmgate stopped (ctld + scriptd + restd)",
+         lambda s: num(get(s, "stopped", "cpu_pct", SITE_TOTAL))),
+        (f"**added by slurmgate**, % of a core: {win}", _added(SITE_TOTAL)),
+        (f"  of which slurmrestd: {win}", _added("slurmrestd")),
+        (f"binder CPU %: idle / {pods} Pods, RSS peak MiB", _own("binder")),
+        (f"webhook CPU %: idle / {pods} Pods, RSS peak MiB", _own("webhook")),
+        (f"slowest read p99 ms ({pods} Pods window)", _slowest_read),
+        ("admission p50 / p99 ms: marked; unmarked",
+         _lats(("latency_hook", "admission"), ("unmarked", "admission"))),
+        ("create -> bound p50 / p99 ms: hook on; off; kube-scheduler",
+         _lats(("latency_hook", "create_to_bound"), ("latency_nohook", "create_to_bound"),
+               ("unmarked", "create_to_bound"))),
+        ("Slurm's own submit -> RUNNING p50 / p99 ms", _lats(("floor", "submit_to_running"))),
+        ("Slurm RUNNING -> bound p50 / p99 ms: hook on; off",
+         _lats(("latency_hook", "running_to_bound"), ("latency_nohook", "running_to_bound"))),
+        ("start noticed by polls alone (hook off), RUNNING -> noticed p50 / p99 ms",
+         _lats(("latency_nohook", "running_to_noticed"))),
+        ("end noticed (Pod evicted) p50 / p99 ms: hook off; on",
+         _lats(("latency_nohook", "end_noticed"), ("latency_hook", "end_noticed"))),
+        ("submit p50 / p99 ms: slurmgate; direct (p99 ratio)",
+         _versus(("calls", "webhook", "job/submit"), ("floor", "submit"))),
+        ("cancel p50 / p99 ms: slurmgate (all of job/{id}); direct (p99 ratio)", _cancels),
+    ]
+
+
+def endpoint_rows(segs: list[Seg]) -> list[str]:
+    """Every endpoint slurmgate called in any window, "component METHOD endpoint"-sorted."""
+    seen: set[str] = set()
+    for s in segs:
+        for k in CALM:
+            for c in COMPONENTS:
+                seen.update(f"{c} {ep}" for ep in get(s, k, "rest", c) or {} if ep != "all")
+    return sorted(seen)
+
+
+def _endpoint_cell(s: Seg, key: str) -> str:
+    c, ep = key.split(" ", 1)
+    per_min = _per_window(s, lambda w: get(w, "rest", c, ep, "per_min"))
+    pods = get(s, "pods", "rest", c, ep) or {}
+    return f"{per_min}; {kib(number(pods.get('bytes_per_s')))}, p99 {num(pods.get('p99_ms'))}"
+
+
+def cell(text: str) -> str:
+    """A Markdown table cell: a pipe in it would start the next one."""
+    return text.replace("|", "\\|")
+
+
+def release_table(results: dict[str, Any], pods: int) -> str:
+    """The release's table: a row per figure, a column per N; then requests by endpoint."""
+    segs = [s for s in results.get("by_n") or [] if isinstance(s, dict)]
+    head = ["", *(f"N = {num(s.get('n'))}" for s in segs)]
+    out = [f"### Slurm {results.get('slurm_version')} "
+           f"(REST {results.get('rest_api', '?')})", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, f in rows(pods):
+        out.append("| " + " | ".join(cell(x) for x in [label, *(f(s) for s in segs)]) + " |")
+    eps = endpoint_rows(segs)
+    if eps:
+        out += ["", f"requests/min ({' / '.join(CALM)}); in the {pods} Pods window: "
+                "bytes/s, p99 ms", "", "| " + " | ".join(["endpoint", *head[1:]]) + " |",
+                "|" + "---|" * len(head)]
+        out += ["| " + " | ".join([e, *(_endpoint_cell(s, e) for s in segs)]) + " |"
+                for e in eps]
+    if results.get("error"):
+        out += ["", f"**stopped early:** {results['error']}"]
+    verdicts = results.get("targets") or {}
+    if verdicts:
+        out += ["", "targets (issue 29) at the largest N: " + "; ".join(
+            f"{k} {num(v.get('value'))} (<= {num(v.get('limit'))}): "
+            f"{'ok' if v.get('ok') else ('MISSED' if v.get('ok') is False else '-')}"
+            for k, v in verdicts.items())]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- the verdicts
+
+
+def _check(value: float | None, limit: float, applies: bool = True) -> dict[str, Any]:
+    ok = None if value is None or not applies else value <= limit
+    return {"value": None if value is None else round(value, 3), "limit": limit, "ok": ok}
+
+
+def _frac(a: Any, b: Any) -> float | None:
+    x, y = number(a), number(b)
+    return None if x is None or not y else x / y
+
+
+def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Issue 29's "done when", at the largest N measured against its smallest (the quiet
+    site) and the floors of the same run: value, limit, ok (None: not measured)."""
+    segs = [s for s in results.get("by_n") or [] if isinstance(s, dict) and "pods" in s]
+    if not segs:
+        return {}
+    first, last = segs[0], segs[-1]
+    reads = [w[1] for k in ("idle", "pods") if (w := worst_read(last.get(k)))]
+    rb = ("latency_hook", "running_to_bound", "p99_ms")
+    newer = results.get("slurm_version") != "22.05"  # "within 1 s p99 on 24.11+"
+    return {
+        "added_cpu_idle_pct": _check(number(get(last, "cost", "idle", SITE_TOTAL)), 2.0),
+        "added_cpu_pods_in_flight_pct": _check(number(get(last, "cost", "pods", SITE_TOTAL)),
+                                               5.0),
+        "slowest_read_p99_ms": _check(max(reads) if reads else None, 20.0),
+        "submit_p99_vs_direct": _check(_frac(get(last, "calls", "webhook", "job/submit",
+                                                 "p99_ms"),
+                                             get(last, "floor", "submit", "p99_ms")), 1.2),
+        "cancel_p99_vs_direct": _check(_frac(get(last, "calls", "binder", "job/{id}",
+                                                 "p99_ms"),
+                                             get(last, "floor", "cancel", "p99_ms")), 1.2),
+        "idle_requests_per_min": _check(rest_total(last.get("idle"), "per_min"), 6.0),
+        "running_to_bound_p99_vs_smallest_n": _check(_frac(get(last, *rb), get(first, *rb)),
+                                                     1.2),
+        "binder_rss_peak_vs_smallest_n": _check(_frac(get(last, "rss_peak_mib", "binder"),
+                                                      get(first, "rss_peak_mib", "binder")),
+                                                1.2),
+        "hook_off_start_noticed_p99_ms": _check(
+            number(get(last, "latency_nohook", "running_to_noticed", "p99_ms")), 1000.0, newer),
+    }
