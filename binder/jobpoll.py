@@ -33,7 +33,8 @@ FULL_EVERY = 300.0  # the whole list, for jobs of ours no Pod names (orphans, lo
 FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
-HOOK_MISS_AFTER = 3  # s: a start or end a poll saw first, this long after Slurm's own time
+HOOK_MISS_AFTER = 3.0  # s a start or end a poll saw first may wait for its push
+TOLD_MAX = 10_000  # pushes remembered to match what polls see
 # A preempted job runs out its partition's GraceTime still RUNNING: the preemption shows only in
 # its whole record (preempt_time), neither in GET /jobs/state nor in any push. So a running job
 # of ours in a partition with a GraceTime is read whole every tenth of it (at least 1 s apart),
@@ -150,22 +151,41 @@ def merged(known: dict[int, JobInfo], fresh: dict[int, JobInfo], gone: set[int])
 
 
 class HookHealth:
-    """Whether slurmctld's hook is known to work: it pushed since the last start or end of ours
-    that a poll saw first. Only then may idle polling slow down to HOOK_IDLE_POLL."""
+    """Whether slurmctld's hook is known to work: it has pushed, and no start or end of ours
+    that a poll saw went without its push for HOOK_MISS_AFTER seconds since it last pushed.
+    Only then may idle polling slow down to HOOK_IDLE_POLL. A hook that dies is found out by
+    the next change of ours (a start is polled for at FAST_POLL, an end within HOOK_IDLE_POLL):
+    from then on the binder polls at SLOW_POLL until the hook pushes again."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.last_push = 0.0
+        self.last_push = 0.0  # 0: never
         self.last_miss = 0.0
+        self._told: dict[tuple[int, str], None] = {}  # pushes, oldest first (bounded)
+        self._seen: dict[tuple[int, str], float] = {}  # what a poll saw first, and when
 
     @property
     def ok(self) -> bool:
         return self.last_push > 0 and self.last_push > self.last_miss
 
-    def pushed(self) -> None:
+    def pushed(self, job_id: int, event: str) -> None:
         self.last_push = self.clock()
+        key = (job_id, event)
+        self._seen.pop(key, None)
+        self._told[key] = None
+        if len(self._told) > TOLD_MAX:
+            del self._told[next(iter(self._told))]
 
-    def saw(self, slurm_time: int, was_pushed: bool) -> None:
-        """A poll saw a job of ours start or end at `slurm_time` (Slurm's epoch seconds)."""
-        if not was_pushed and slurm_time and self.clock() - slurm_time >= HOOK_MISS_AFTER:
-            self.last_miss = self.clock()
+    def saw(self, job_id: int, event: str) -> None:
+        """A poll saw a job of ours start ("started") or end ("ended")."""
+        if (job_id, event) not in self._told:
+            self._seen.setdefault((job_id, event), self.clock())
+
+    def check(self) -> None:
+        """A change a poll saw whose push has not come within HOOK_MISS_AFTER is a miss."""
+        now = self.clock()
+        late = [k for k, at in self._seen.items() if now - at >= HOOK_MISS_AFTER]
+        for k in late:
+            del self._seen[k]
+        if late:
+            self.last_miss = now

@@ -101,7 +101,6 @@ class JobTracker:
         self._ran_for: dict[int, str] = {}
         self.recent_ends = RecentEnds()  # other jobs' ends per node, to name what a Pod displaced
         self._urgent: set[int] = set()  # ids a push named: the next poll reads them whole
-        self._ended_pushed: dict[int, None] = {}  # ends of ours the hook told (oldest first)
 
     def get(self, claim: str | None) -> JobInfo | None:
         return self.by_claim.get(claim) if claim else None
@@ -122,7 +121,7 @@ class JobTracker:
         Slurm's to tell). Every other job of the cluster changes nothing: on a busy site most
         pushes are about them, and each could otherwise cost slurmctld a full job list.
         Returns what was done, for the metric."""
-        self.hook.pushed()
+        self.hook.pushed(job_id, event)
         claim = self._claim_of.get(job_id)
         have = self.by_claim.get(claim) if claim else None
         if have is not None and have.job_id != job_id:
@@ -131,9 +130,6 @@ class JobTracker:
             if have is None and self.comment_of(job_id) is None:
                 self.recent_ends.record(job_id, nodes)  # it may have made room for a Pod
                 return "ignored"
-            self._ended_pushed[job_id] = None
-            if len(self._ended_pushed) > EARLY_MAX:
-                self._ended_pushed.pop(next(iter(self._ended_pushed)))
             self._urgent.add(job_id)
             self.wake()
             return "polled"
@@ -239,10 +235,10 @@ class JobTracker:
             if j.state == RUNNING and j.job_id not in self.seen_running_at:
                 self.seen_running_at[j.job_id] = now
                 self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
-                self.hook.saw(j.start_time, was_pushed=False)  # a push sets seen_running_at
+                self.hook.saw(j.job_id, "started")  # a push before this poll set it already
             p = old.get(claim)
             if p is not None and p.job_id == j.job_id and p.state == RUNNING != j.state:
-                self.hook.saw(j.end_time, was_pushed=j.job_id in self._ended_pushed)
+                self.hook.saw(j.job_id, "ended")
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
                 changed += 1
                 self.on_change(claim, j)
@@ -269,6 +265,7 @@ class JobTracker:
         sent = time.monotonic()
         self._wake.clear()  # a push from now on asks for the next poll, not this one
         self._poll_sent_wall = time.time()
+        self.hook.check()
         urgent, self._urgent = self._urgent, set()
         known = {j.job_id: j for j in self.by_claim.values()}
         idle_every = jobpoll.HOOK_IDLE_POLL if self.hook.ok else SLOW_POLL

@@ -54,7 +54,10 @@ STOPPING_STATES = RELEASED_STATES | {COMPLETING}
 
 # A job in one of these is about to change (it starts, or its Node is being freed): while one
 # of ours is, the binder polls Slurm fast.
-IN_FLIGHT_STATES = frozenset({PENDING, COMPLETING, PREEMPTED})
+# CONFIGURING too: a started job stays CONFIGURING while PrologSlurmctld runs (the push hook
+# among them), and a start must be noticed at once when no push comes. Held or suspended jobs
+# wait for a person, not for Slurm.
+IN_FLIGHT_STATES = (WAITING_STATES - {"SUSPENDED", "REQUEUE_HOLD"}) | {COMPLETING, PREEMPTED}
 
 # Flags that take precedence over the base state in the v0.0.38 single-string form; the list
 # form (v0.0.40+) is reduced to one state in this order, so both read alike.

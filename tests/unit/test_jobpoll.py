@@ -236,28 +236,51 @@ def test_pending_jobs_are_read_whole_now_and_then_for_their_reason() -> None:
     assert s.plan(1 + jobpoll.DETAIL_EVERY, known, (), (), 10).detail == {1}
 
 
-def test_the_hook_is_trusted_until_a_poll_sees_a_change_first() -> None:
+def test_the_hook_is_trusted_until_a_change_a_poll_saw_goes_without_its_push() -> None:
     now = [1000.0]
     h = HookHealth(clock=lambda: now[0])
     assert not h.ok  # never heard from
-    h.pushed()
+    h.pushed(99, "started")  # some other job's start
     assert h.ok
-    h.saw(int(now[0]) - 1, was_pushed=False)  # a poll quicker than the push: no miss
-    assert h.ok
+    h.saw(1, "started")  # a poll quicker than the push...
     now[0] += 1
-    h.saw(int(now[0]) - 10, was_pushed=False)  # Slurm ended it 10 s ago; no push came
+    h.pushed(1, "started")  # ...which came all the same
+    now[0] += 5
+    h.check()
+    assert h.ok
+    h.pushed(2, "ended")
+    h.saw(2, "ended")  # the push came first: nothing to wait for
+    h.saw(3, "ended")  # this one's push never comes
+    now[0] += jobpoll.HOOK_MISS_AFTER - 0.5
+    h.check()
+    assert h.ok
+    now[0] += 0.5
+    h.check()
     assert not h.ok
     assert jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.SLOW_POLL
     now[0] += 1
-    h.pushed()
+    h.pushed(4, "started")
     assert h.ok and jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.HOOK_IDLE_POLL
 
 
 async def test_a_start_no_push_announced_marks_the_hook_unhealthy() -> None:
     slurm = Slurm("v0.0.42", [job(1, "PENDING")])
     t, _ = tracker(slurm)
-    t.hook.pushed()  # the hook told of some other job
+    now = [100.0]
+    t.hook.clock = lambda: now[0]
+    t.hook.pushed(50, "started")  # the hook told of some other job
     await t.poll_once()
-    slurm.site[1] = dataclasses.replace(job(1, "RUNNING"), start_time=1)  # long ago
+    slurm.site[1] = job(1, "RUNNING")
+    await t.poll_once()  # a poll sees the start; no push for it
+    assert t.hook.ok
+    now[0] += jobpoll.HOOK_MISS_AFTER
     await t.poll_once()
     assert not t.hook.ok
+
+
+def test_a_configuring_job_is_polled_for_at_the_fast_rate() -> None:
+    s = Schedule()
+    s.done_full(0)
+    known = {1: job(1, "CONFIGURING"), 2: job(2, "RUNNING")}
+    assert s.plan(1, known, (), (), 10).ids == {1, 2}
+    assert s.plan(1.1, known, (), (), 10).ids == {1}
