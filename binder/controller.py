@@ -23,7 +23,7 @@ from slurmgate.binder.index import Index, Request
 from slurmgate.binder.informer import Informer
 from slurmgate.binder.jobs import JobTracker
 from slurmgate.binder.nodesync import NodeSync
-from slurmgate.binder.podview import ann, claim_of, is_gated, key_of
+from slurmgate.binder.podview import ann, claim_of, handoff_left, is_gated, key_of
 from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.kube import KubeClient
 from slurmgate.logs import kv
@@ -62,9 +62,10 @@ class Controller:
         self._refused: set[Request] = set()  # units the tenancy policy refused a submit
 
     def _named_job_ids(self) -> set[int]:
-        """The ids of our jobs that Pods name, and those we submitted whose id has not reached
-        a Pod yet: what the job poller asks Slurm about."""
-        return {*self.index.comment_by_job, *(i for i, _ in self.actions.submitted.values())}
+        """The ids of our jobs that Pods name (or named until just now), and those we submitted
+        whose id has not reached a Pod yet: what the job poller asks Slurm about."""
+        return {*self.index.comment_by_job, *self.index.recently_gone_jobs(),
+                *(i for i, _ in self.actions.submitted.values())}
 
     # --- event handlers: cheap, they only index and enqueue ---
     def policy_changed(self, state: tenancy.PolicyState) -> None:
@@ -78,8 +79,10 @@ class Controller:
         if new is not None and is_gated(new):
             self.jobs.kick()
             if ann(new).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING:
-                # a submit handed off at admission: only the whole list knows its job (by claim)
-                self.jobs.want_full()
+                # a submit handed off at admission: only the whole list knows its job (by
+                # claim), and it may land any time within the grace
+                self.jobs.want_full(handoff_left((new,), time.time(),
+                                                 contract.SUBMIT_HANDOFF_GRACE))
             job = ann(new).get(contract.A_JOB_ID, "")
             if old is None and job.isdigit():
                 self.index.pod_changed(key, old, new)  # so the push below finds its claim

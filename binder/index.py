@@ -8,6 +8,7 @@ watches and polls after a restart.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,9 @@ from slurmgate.binder.informer import Informer
 from slurmgate.binder.nodesync import node_view
 from slurmgate.binder.podview import NodeRef, Pod, ann
 from slurmgate.slurm import RELEASED_STATES, JobInfo
+
+# how long the job of a deleted Pod is still asked about (a few polls, at the slowest)
+GONE_JOB_KEEP = 60.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Index:
         # job id (the Pod's annotation) -> the comment its job was submitted with: a push
         # about a job no poll has shown yet is still recognised as ours
         self.comment_by_job: dict[int, str] = {}
+        self._gone_jobs: dict[int, float] = {}  # job id of a deleted Pod -> when (monotonic)
 
     def request(self, key: str) -> Request:
         return request_for(key, self.informer.store.get(key))
@@ -76,6 +81,9 @@ class Index:
             job = ann(obj).get(contract.A_JOB_ID, "")
             if job.isdigit():
                 self.comment_by_job.pop(int(job), None)
+                # still asked about for a while: a Pod deleted before any poll read its job
+                # leaves an orphan no other id names
+                self._gone_jobs[int(job)] = time.monotonic()
             return req
         before = ann(old).get(contract.A_JOB_ID, "") if old is not None else ""
         if before.isdigit() and before != ann(obj).get(contract.A_JOB_ID, ""):
@@ -99,6 +107,12 @@ class Index:
                     contract.group_comment(claim, req.namespace, req.name) if req.gang
                     else contract.job_comment(claim, req.namespace, req.name))
         return req
+
+    def recently_gone_jobs(self) -> list[int]:
+        """Job ids of Pods deleted within GONE_JOB_KEEP: the job poller asks about them."""
+        now = time.monotonic()
+        self._gone_jobs = {i: t for i, t in self._gone_jobs.items() if now - t < GONE_JOB_KEEP}
+        return list(self._gone_jobs)
 
     def _unlink(self, claim: str, key: str, req: Request) -> None:
         """`key` no longer holds `claim`: point it at another gang member that does, if any."""

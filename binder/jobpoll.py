@@ -32,6 +32,7 @@ HOOK_IDLE_POLL = 10.0  # nothing in flight, and the hook pushed since the last c
 FULL_EVERY = 300.0  # the whole list, for jobs of ours no Pod names (orphans, lost submits)
 FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
+STALE_PER_TICK = 20  # pending jobs read whole for their reason, at most this many a tick
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
 HOOK_MISS_AFTER = 3.0  # s a start or end a poll saw first may wait for its push
 TOLD_MAX = 10_000  # pushes remembered to match what polls see
@@ -66,24 +67,31 @@ class Schedule:
 
     full_every: float = FULL_EVERY
     full_at: float = float("-inf")  # monotonic time of the last whole list
-    full_wanted: bool = True  # the first tick reads the whole list
+    # when a whole list was last asked for (want_full); the first tick reads one
+    wanted_at: float | None = float("-inf")
+    wanted_until: float = float("-inf")  # ...and whole lists every FULL_MIN_GAP until then
     idle_at: float = float("-inf")  # the last tick that asked about every job of ours
     detail_at: dict[int, float] = field(default_factory=dict)
     gone: set[int] = field(default_factory=set)  # ids Slurm no longer knows: never asked again
 
-    def want_full(self) -> None:
-        self.full_wanted = True
+    def want_full(self, now: float, until: float | None = None) -> None:
+        self.wanted_at = now
+        if until is not None:
+            self.wanted_until = max(self.wanted_until, until)
 
     def plan(self, now: float, known: dict[int, JobInfo], named: Iterable[int],
              pushed: Iterable[int], idle_every: float,
              grace: Mapping[str, int] | None = None) -> Plan:
         """`grace`: partition -> GraceTime (s) of the partitions that have one."""
         if now - self.full_at >= self.full_every or (
-                self.full_wanted and now - self.full_at >= FULL_MIN_GAP):
+                (self.wanted_at is not None or now < self.wanted_until)
+                and now - self.full_at >= FULL_MIN_GAP):
             return Plan(full=True)
         named_ids = set(named)
         self.gone &= named_ids  # forget ids no Pod names any more
         ids = (set(known) | named_ids) - self.gone
+        for i in self.detail_at.keys() - ids:  # jobs we no longer hold or ask about
+            del self.detail_at[i]
         new = ids - set(known)
         moving = {i for i, j in known.items() if j.state in IN_FLIGHT_STATES or j.preempted}
         pushed_ids = set(pushed) & ids
@@ -92,17 +100,21 @@ class Schedule:
             ask = ids
         else:
             ask = new | moving | pushed_ids
-        stale = {i for i in ask & set(known) if known[i].state == PENDING
-                 and now - self.detail_at.get(i, float("-inf")) >= DETAIL_EVERY}
+        # the longest unread first, a few a tick: a burst of pending jobs spreads its reads
+        stale = set(sorted((i for i in ask & set(known) if known[i].state == PENDING
+                            and now - self.detail_at.get(i, float("-inf")) >= DETAIL_EVERY),
+                           key=lambda i: self.detail_at.get(i, float("-inf")))[:STALE_PER_TICK])
         preemptible = {i for i, j in known.items() if j.state == RUNNING and not j.preempted
                        and (g := (grace or {}).get(j.partition))
                        and now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
         return Plan(ids=ask | preemptible, detail=new | pushed_ids | stale | preemptible)
 
-    def done_full(self, now: float) -> None:
-        self.full_at = now
-        self.full_wanted = False
-        self.gone.clear()
+    def done_full(self, sent: float, listed: Iterable[int]) -> None:
+        """A whole list sent at `sent` was read: a wish for one made after `sent` stays."""
+        self.full_at = sent
+        if self.wanted_at is not None and self.wanted_at <= sent:
+            self.wanted_at = None
+        self.gone -= set(listed)  # back in Slurm's list (a reused id): ask about it again
 
     def read_whole(self, ids: Iterable[int], now: float) -> None:
         for i in ids:
@@ -127,7 +139,7 @@ def changed(known: JobInfo | None, flags: frozenset[str]) -> bool:
 async def read(slurm: SlurmClient, plan: Plan,
                known: dict[int, JobInfo]) -> tuple[dict[int, JobInfo], set[int], int]:
     """Ask Slurm about `plan.ids`. Returns (records read whole, ids Slurm no longer knows, how
-    many GET /job/{id} it took)."""
+    many GET /job/{id} stood in for a state query: 22.05's, paced by READS_PER_SECOND)."""
     d = await slurm.dialect()
     whole = set(plan.detail)
     gone: set[int] = set()
@@ -140,7 +152,8 @@ async def read(slurm: SlurmClient, plan: Plan,
     whole -= gone
     records = await slurm.jobs_by_id(whole)
     gone |= {i for i, j in records.items() if j is None}
-    return {i: j for i, j in records.items() if j is not None}, gone, len(whole)
+    paced = 0 if d.state_query else len(whole)
+    return {i: j for i, j in records.items() if j is not None}, gone, paced
 
 
 def merged(known: dict[int, JobInfo], fresh: dict[int, JobInfo], gone: set[int]) -> list[JobInfo]:
@@ -155,21 +168,28 @@ class HookHealth:
     that a poll saw went without its push for HOOK_MISS_AFTER seconds since it last pushed.
     Only then may idle polling slow down to HOOK_IDLE_POLL. A hook that dies is found out by
     the next change of ours (a start is polled for at FAST_POLL, an end within HOOK_IDLE_POLL):
-    from then on the binder polls at SLOW_POLL until the hook pushes again."""
+    from then on the binder polls at SLOW_POLL until the hook pushes about a job of ours."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.last_push = 0.0  # 0: never
+        self.last_ours = 0.0  # the last push about a job of ours
         self.last_miss = 0.0
         self._told: dict[tuple[int, str], None] = {}  # pushes, oldest first (bounded)
         self._seen: dict[tuple[int, str], float] = {}  # what a poll saw first, and when
 
     @property
     def ok(self) -> bool:
-        return self.last_push > 0 and self.last_push > self.last_miss
+        """Any push shows the hook is installed; after a miss, only one about a job of ours
+        shows it reaches us again (on a busy site others' pushes never stop)."""
+        if not self.last_miss:
+            return self.last_push > 0
+        return self.last_ours > self.last_miss
 
-    def pushed(self, job_id: int, event: str) -> None:
+    def pushed(self, job_id: int, event: str, ours: bool = False) -> None:
         self.last_push = self.clock()
+        if ours:
+            self.last_ours = self.last_push
         key = (job_id, event)
         self._seen.pop(key, None)
         self._told[key] = None

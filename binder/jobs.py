@@ -23,6 +23,7 @@ from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
 from slurmgate.slurm import (
     COMPLETING,
+    ENDING_STATES,
     IN_FLIGHT_STATES,
     RUNNING,
     WAITING_STATES,
@@ -121,8 +122,9 @@ class JobTracker:
         Slurm's to tell). Every other job of the cluster changes nothing: on a busy site most
         pushes are about them, and each could otherwise cost slurmctld a full job list.
         Returns what was done, for the metric."""
-        self.hook.pushed(job_id, event)
         claim = self._claim_of.get(job_id)
+        self.hook.pushed(job_id, event, ours=claim is not None
+                         or self.comment_of(job_id) is not None)
         have = self.by_claim.get(claim) if claim else None
         if have is not None and have.job_id != job_id:
             have = None  # the claim moved on to a newer job
@@ -218,8 +220,11 @@ class JobTracker:
                 claim_of[job_id] = c
         # Several live jobs for one claim happen when a submit timed out at admission but
         # slurmrestd still ran it, and the binder submitted again: one of them must go.
-        if complete or duplicates:
+        if complete:
             self.duplicates = duplicates
+        elif duplicates:  # a look at known ids adds what it found; the sweep cancels them
+            self.duplicates = list({d.job_id: d for d in [*self.duplicates, *duplicates]}
+                                   .values())
         self._claim_of = claim_of
         self._pushed_at = {k: v for k, v in self._pushed_at.items() if k in claim_of}
         old = self.by_claim
@@ -237,8 +242,9 @@ class JobTracker:
                 self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
                 self.hook.saw(j.job_id, "started")  # a push before this poll set it already
             p = old.get(claim)
-            if p is not None and p.job_id == j.job_id and p.state == RUNNING != j.state:
-                self.hook.saw(j.job_id, "ended")
+            if p is not None and p.job_id == j.job_id and p.state == RUNNING and (
+                    j.state in ENDING_STATES or j.state in WAITING_STATES - {"SUSPENDED"}):
+                self.hook.saw(j.job_id, "ended")  # EpilogSlurmctld runs for requeues too
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
                 changed += 1
                 self.on_change(claim, j)
@@ -276,10 +282,11 @@ class JobTracker:
             if plan.full:
                 # the whole list, parsed only for ours (the rest of the site is dropped unread)
                 jobs, _ = await self.slurm.jobs(None, comment_prefix=contract.COMMENT_PREFIX)
+                listed = [j.job_id for j in jobs or []]
                 self._apply(jobs or [], sent)
-                self.schedule.read_whole((j.job_id for j in jobs or []), sent)
+                self.schedule.read_whole(listed, sent)
                 await self._read_grace()
-                self.schedule.done_full(sent)
+                self.schedule.done_full(sent, listed)
                 self.synced.set()
                 outcome = "full"
             elif plan.ids:
@@ -315,10 +322,12 @@ class JobTracker:
             return
         self.grace = {p.name: p.grace_time_seconds for p in parts if p.grace_time_seconds}
 
-    def want_full(self) -> None:
-        """Read the whole list soon (at most every jobpoll.FULL_MIN_GAP): a job of ours may
-        exist that no Pod names yet (a handed-off submit, a submit whose answer was lost)."""
-        self.schedule.want_full()
+    def want_full(self, for_seconds: float = 0.0) -> None:
+        """Read the whole list soon, and every jobpoll.FULL_MIN_GAP for `for_seconds`: a job
+        of ours may exist that no Pod names yet (a handed-off submit, a submit whose answer
+        was lost) and may still appear."""
+        now = time.monotonic()
+        self.schedule.want_full(now, now + for_seconds)
         self.wake()
 
     async def run(self) -> None:

@@ -120,7 +120,11 @@ class NodeSync:
             if view and view.slurm_node and view.unschedulable:
                 names.add(view.slurm_node)
         for name in sorted(names):
-            sn = await self.slurm.node(name)
+            try:
+                sn = await self.slurm.node(name)
+            except ValueError as e:  # a label that names no possible Slurm node
+                log.warning("cannot read Slurm node", extra=kv(slurm_node=name, error=str(e)))
+                continue
             if sn is None:
                 self._nodes.pop(name, None)
             else:

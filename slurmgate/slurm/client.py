@@ -229,7 +229,9 @@ class SlurmClient:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if _ERRNO_INVALID_JOB_ID in e.errnos or e.status == 404:
+            # Slurm's own "Invalid job id" only (404 on 24.11+, 500 on 22.05): a bare 404 (a
+            # proxy, a wrong path) must not read as "the job is gone", or Pods would be evicted
+            if _ERRNO_INVALID_JOB_ID in e.errnos:
                 return None
             raise
         for j in (data or {}).get("jobs") or []:
@@ -258,8 +260,9 @@ class SlurmClient:
             except SlurmUnavailable:
                 raise
             except SlurmError as e:
-                # every id asked is unknown to Slurm (purged): an error, not an empty list
-                if _ERRNO_INVALID_JOB_ID in e.errnos or e.status == 404:
+                # ids Slurm does not know are left out of the answer (24.11, 26.05); should a
+                # release call them an error instead, only its "Invalid job id" says so
+                if _ERRNO_INVALID_JOB_ID in e.errnos:
                     continue
                 raise
             for j in (data or {}).get("jobs") or []:
@@ -319,7 +322,8 @@ class SlurmClient:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if e.status == 404:
+            # 24.11 answers an unknown name 200 with an error "Failure to query node <name>"
+            if any(f"query node {name}" in m for m in e.errors):
                 return None
             raise
         found = [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]

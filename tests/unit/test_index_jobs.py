@@ -31,6 +31,19 @@ def test_a_resubmitted_pods_old_job_id_is_no_longer_ours() -> None:
     assert idx.comment_by_job == {}
 
 
+def test_a_deleted_pods_job_is_still_asked_about_for_a_while(monkeypatch: Any) -> None:
+    """A Pod deleted before any poll read its job: only its id leads the poller to the job."""
+    from slurmgate.binder import index
+    now = [100.0]
+    monkeypatch.setattr(index.time, "monotonic", lambda: now[0])
+    idx = Index(Store())  # type: ignore[arg-type]
+    idx.pod_changed("ns/p", None, pod("53"))
+    idx.pod_changed("ns/p", pod("53"), None)
+    assert 53 not in idx.comment_by_job and idx.recently_gone_jobs() == [53]
+    now[0] += index.GONE_JOB_KEEP
+    assert idx.recently_gone_jobs() == []
+
+
 def test_a_deleted_pods_requeued_job_reaches_its_unit_and_is_cancelled() -> None:
     """Slurm 22.05 requeues a job under its id (a node failure): COMPLETING, then PENDING. The
     Pod was evicted meanwhile; its unit must still see the job come back, to cancel it then

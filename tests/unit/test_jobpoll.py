@@ -208,18 +208,57 @@ async def test_without_a_grace_time_running_jobs_are_not_read_whole() -> None:
 def test_the_whole_list_comes_back_rarely_and_when_asked() -> None:
     s = Schedule(full_every=300)
     assert s.plan(0, {}, (), (), 1).full
-    s.done_full(0)
+    s.done_full(0, ())
     assert not s.plan(1, {}, (), (), 1).full
-    s.want_full()
+    s.want_full(2)
     assert not s.plan(2, {}, (), (), 1).full  # asked, but within FULL_MIN_GAP of the last
     assert s.plan(jobpoll.FULL_MIN_GAP, {}, (), (), 1).full
-    s.done_full(10)
+    s.done_full(10, ())
     assert not s.plan(309, {}, (), (), 1).full and s.plan(310, {}, (), (), 1).full
+
+
+def test_a_whole_list_asked_for_while_one_was_being_read_still_comes() -> None:
+    s = Schedule(full_every=300)
+    s.done_full(0, ())
+    s.want_full(10)
+    assert s.plan(10, {}, (), (), 1).full  # sent at 10...
+    s.want_full(10.5)  # ...a handed-off submit arrives while it is read
+    s.done_full(10, ())
+    assert s.plan(10 + jobpoll.FULL_MIN_GAP, {}, (), (), 1).full
+
+
+def test_an_id_back_in_the_whole_list_is_asked_about_again() -> None:
+    s = Schedule()
+    s.done_full(0, ())
+    s.left([5])
+    assert 5 not in s.plan(1, {}, [5], (), 10).ids
+    s.done_full(2, [5])  # a controller that lost its state reused the id for a job of ours
+    assert 5 in s.plan(3, {}, [5], (), 10).ids
+
+
+def test_a_burst_of_pending_jobs_spreads_its_reason_reads() -> None:
+    s = Schedule()
+    s.done_full(0, ())
+    known = {i: job(i, "PENDING") for i in range(100)}
+    read: set[int] = set()
+    for k in range(5):
+        plan = s.plan(20 + k * 0.1, known, (), (), 10)
+        assert len(plan.detail) == jobpoll.STALE_PER_TICK and not plan.detail & read
+        s.read_whole(plan.detail, 20 + k * 0.1)
+        read |= plan.detail
+    assert read == set(known)
+
+
+async def test_state_queries_are_not_paced_like_22_05_reads() -> None:
+    slurm = Slurm("v0.0.42", [job(i, "PENDING") for i in range(1, 501)])
+    t, _ = tracker(slurm)
+    await t.poll_once()
+    assert await t.poll_once() < 1.0  # 500 jobs asked in one request: no 10 s wait
 
 
 def test_in_flight_jobs_are_asked_every_tick_the_others_at_the_idle_rate() -> None:
     s = Schedule()
-    s.done_full(0)
+    s.done_full(0, ())
     known = {1: job(1, "PENDING"), 2: job(2, "RUNNING"), 3: job(3, "RUNNING", preempt_time=4)}
     assert s.plan(1, known, (), (), 10).ids == {1, 2, 3}  # the first idle look
     assert s.plan(1.1, known, (), (), 10).ids == {1, 3}
@@ -228,7 +267,7 @@ def test_in_flight_jobs_are_asked_every_tick_the_others_at_the_idle_rate() -> No
 
 def test_pending_jobs_are_read_whole_now_and_then_for_their_reason() -> None:
     s = Schedule()
-    s.done_full(0)
+    s.done_full(0, ())
     known = {1: job(1, "PENDING")}
     assert s.plan(1, known, (), (), 10).detail == {1}
     s.read_whole([1], 1)
@@ -259,7 +298,9 @@ def test_the_hook_is_trusted_until_a_change_a_poll_saw_goes_without_its_push() -
     assert not h.ok
     assert jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.SLOW_POLL
     now[0] += 1
-    h.pushed(4, "started")
+    h.pushed(4, "started")  # someone else's job: says nothing of our pushes
+    assert not h.ok
+    h.pushed(5, "started", ours=True)
     assert h.ok and jobpoll.poll_delay(False, 0.01, h.ok) == jobpoll.HOOK_IDLE_POLL
 
 
@@ -280,7 +321,7 @@ async def test_a_start_no_push_announced_marks_the_hook_unhealthy() -> None:
 
 def test_a_configuring_job_is_polled_for_at_the_fast_rate() -> None:
     s = Schedule()
-    s.done_full(0)
+    s.done_full(0, ())
     known = {1: job(1, "CONFIGURING"), 2: job(2, "RUNNING")}
     assert s.plan(1, known, (), (), 10).ids == {1, 2}
     assert s.plan(1.1, known, (), (), 10).ids == {1}

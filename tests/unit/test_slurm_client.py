@@ -742,3 +742,18 @@ async def test_cancel_error_inside_a_200_is_raised(client: tuple[Fake, SlurmClie
     assert ei.value.errnos == [2002]
     fake.override["/job/7"] = status(2017, "Invalid job id specified")
     await c.cancel(7)
+
+
+async def test_a_bare_404_is_not_a_job_gone(client: tuple[Fake, SlurmClient]) -> None:
+    """Only Slurm's "Invalid job id" (2017) means a job left Slurm: a 404 from anything else
+    (a proxy, a path slurmrestd does not serve) must not make the binder evict Pods."""
+    fake, c = client
+    use40(fake)
+    fake.override["/job/7"] = lambda _: web.Response(status=404, text="Not Found")
+    with pytest.raises(SlurmError):
+        await c.job(7)
+    fake.override["/job/7"] = lambda _: web.json_response(
+        {"meta": META40, "warnings": [], "errors": [
+            {"description": "Unable to query JobId=7", "error_number": 2017,
+             "error": "Invalid job id specified", "source": "_handle_job_get"}]}, status=404)
+    assert await c.job(7) is None
