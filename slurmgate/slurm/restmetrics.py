@@ -30,11 +30,12 @@ class RestMetrics:
         self.bytes = Counter(f"{p}_response_bytes_total", "Bytes slurmrestd answered, by "
                              "endpoint", ["endpoint"], registry=registry)
         self.seconds = Histogram(f"{p}_request_seconds", "Time to slurmrestd's whole answer, "
-                                 "by endpoint", ["endpoint"], buckets=_LAT, registry=registry)
+                                 "by method and endpoint", ["method", "endpoint"], buckets=_LAT,
+                                 registry=registry)
 
     def observe(self, method: str, path: str, status: int | None, nbytes: int,
                 seconds: float) -> None:
         ep = endpoint(path)
         self.requests.labels(method, ep, str(status) if status else "error").inc()
         self.bytes.labels(ep).inc(nbytes)
-        self.seconds.labels(ep).observe(seconds)
+        self.seconds.labels(method, ep).observe(seconds)
