@@ -17,17 +17,25 @@ the background grows from one to the next), side by side in one run:
               start, end), standing jobs cancelled and submitted again. N = 0 is the quiet site.
   stopped     a --window S cost window with slurmgate (webhook + binder) stopped: the CPU of
               slurmctld, slurmscriptd and slurmrestd from /proc
+  lists       still stopped: the binder's two whole lists made directly through slurmgate's
+              SlurmClient, 3 times each (the median): Slurm's job list (GET jobs, parsed for
+              our jobs only; the binder reads it at start and every BINDER_FULL_LIST_INTERVAL)
+              and its node list (GET nodes, the node drift check): wall time, bytes, and the
+              CPU of slurmctld + slurmrestd net of the stopped window's rate; amortized over
+              their intervals (300 s), that is the binder's one cost that grows with the site
   idle        slurmgate running, nothing of ours: a window with slurmctld's push hook on, one
               with it off (polls alone): its slurmrestd requests/s, bytes/s and p50/p99 by
-              endpoint (its slurmgate_{binder,webhook}_slurmrestd_* metrics), its own CPU/RSS,
-              and Slurm's CPU minus the stopped window's: what it costs the site
+              method and endpoint (its slurmgate_{binder,webhook}_slurmrestd_* metrics), its own
+              CPU/RSS, and Slurm's CPU minus the stopped window's: what it costs the site (and,
+              in a second verdict, that plus both whole lists amortized)
   latency     --pods K marked Pods, hook off then on, in rounds of one per node, each created
               alone: admission, create -> bound, Slurm RUNNING -> noticed -> bound (slurmctld's
               log, the binder's bind log); half of each round's jobs then ended by Slurm (a
               direct cancel): how long until the binder evicts the Pod
   floors      K unmarked Pods (admission, kube-scheduler's create -> bound); K jobs of the
               placeholder's shape submitted, run and cancelled directly through slurmrestd
-              (Slurm's submit -> RUNNING; the submit and cancel slurmgate's own are held to)
+              (Slurm's submit -> RUNNING; the submit and cancel slurmgate's own are held to:
+              its POST job/submit and DELETE job/{id}, apart from its GET job/{id} reads)
   in flight   K marked Pods at once (one per node bound, the rest gated) and a cost window
 
 A Markdown table per release on stdout (a column per N, then requests by endpoint, then the

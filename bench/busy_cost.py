@@ -1,11 +1,13 @@
 """What slurmgate costs a busy site, from two samples around a window (bench/busy.py): its
-requests, bytes and latency to slurmrestd by endpoint (its own Prometheus counters), and the
-CPU of Slurm's daemons and of slurmgate's processes (/proc). The arithmetic is pure, so the
-unit tests feed it real scrapes and numbers."""
+requests, bytes and latency to slurmrestd by method and endpoint (its own Prometheus
+counters), the CPU of Slurm's daemons and of slurmgate's processes (/proc), and what the
+binder's rare whole lists cost, amortized. The arithmetic is pure, so the unit tests feed it
+real scrapes and numbers."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,9 @@ def rest_by_endpoint(before: Samples, after: Samples, component: str,
                      seconds: float) -> dict[str, dict[str, Any]]:
     """slurmgate_<component>_slurmrestd_* between two scrapes: per endpoint the requests (and
     by "METHOD status"), per second and per minute, bytes per second, and p50/p99 of the
-    request-time histogram; "all" sums the endpoints."""
+    request-time histogram; under "methods" the same per HTTP method (the histogram's `method`
+    label: a cancel, DELETE job/{id}, is told apart from a single-job read, GET job/{id}; the
+    bytes are counted per endpoint only). "all" sums the endpoints."""
     p = f"slurmgate_{component}_slurmrestd"
     out: dict[str, dict[str, Any]] = {}
 
@@ -59,18 +63,30 @@ def rest_by_endpoint(before: Samples, after: Samples, component: str,
     for key, n in counter_delta(before, after, f"{p}_response_bytes_total").items():
         row(dict(key).get("endpoint", ""))["bytes"] += n
     total = {"requests": 0.0, "by": {}, "bytes": 0.0}
+    hist = f"{p}_request_seconds"
     for ep, r in out.items():
-        h = util.hist_delta(util.histogram(after, f"{p}_request_seconds", endpoint=ep),
-                            util.histogram(before, f"{p}_request_seconds", endpoint=ep))
+        h = util.hist_delta(util.histogram(after, hist, endpoint=ep),
+                            util.histogram(before, hist, endpoint=ep))
         r.update(hist_lat(h))
+        r["methods"] = {}
+        methods = sorted({how.split(" ", 1)[0] for how in r["by"]})
+        for method in methods:
+            hm = util.hist_delta(util.histogram(after, hist, method=method, endpoint=ep),
+                                 util.histogram(before, hist, method=method, endpoint=ep))
+            if not util.hist_count(hm) and len(methods) == 1:
+                hm = h  # a histogram without the method label: one method, so it is this
+            r["methods"][method] = {
+                "requests": sum(v for how, v in r["by"].items()
+                                if how.split(" ", 1)[0] == method), **hist_lat(hm)}
         total["requests"] += r["requests"]
         total["bytes"] += r["bytes"]
     out = dict(sorted(out.items(), key=lambda kv: -kv[1]["requests"]))
     if out:
         out["all"] = total
     for r in out.values():
-        r["per_s"] = round(r["requests"] / seconds, 3) if seconds > 0 else math.nan
-        r["per_min"] = round(60 * r["requests"] / seconds, 1) if seconds > 0 else math.nan
+        for x in (r, *r.get("methods", {}).values()):
+            x["per_s"] = round(x["requests"] / seconds, 3) if seconds > 0 else math.nan
+            x["per_min"] = round(60 * x["requests"] / seconds, 1) if seconds > 0 else math.nan
         r["bytes_per_s"] = round(r["bytes"] / seconds, 1) if seconds > 0 else math.nan
     return out
 
@@ -98,6 +114,45 @@ def site_cost(stopped: dict[str, float], running: dict[str, float]) -> dict[str,
     keys = [*SITE, SITE_TOTAL]
     return {k: round(running.get(k, 0.0) - stopped.get(k, 0.0), 2) for k in keys
             if k in running or k in stopped}
+
+
+# The binder's whole lists (GET jobs, read at start and every BINDER_FULL_LIST_INTERVAL; GET
+# nodes, its node drift check): the Slurm daemons that serve them. slurmscriptd runs job hooks
+# and has no part in a list.
+LIST_DAEMONS = ("slurmctld", "slurmrestd")
+
+
+def background_rate(cpu_s: dict[str, float], seconds: float) -> float:
+    """CPU seconds a second that LIST_DAEMONS spent over a window (the stopped one: the
+    background and its churn alone), to take off a list's own measurement."""
+    return sum(cpu_s.get(d, 0.0) for d in LIST_DAEMONS) / seconds if seconds > 0 else 0.0
+
+
+def list_cost(runs: list[dict[str, Any]], interval_s: float,
+              background_per_s: float = 0.0) -> dict[str, Any]:
+    """One whole list, from `runs` of it (each: wall_s, answer_s, bytes, cpu_s {daemon: s}):
+    the median of each figure; Slurm's CPU (LIST_DAEMONS) as sampled and net of what the
+    background spends over the same wall time; that net amortized over `interval_s` as % of
+    one core (what a list every `interval_s` adds to the site on average)."""
+    if not runs:
+        return {"runs": 0}
+    med = statistics.median
+    cpu = [sum(r["cpu_s"].get(d, 0.0) for d in LIST_DAEMONS) for r in runs]
+    net = [max(0.0, c - background_per_s * r["wall_s"]) for c, r in zip(cpu, runs, strict=True)]
+    return {
+        "runs": len(runs),
+        "wall_ms": round(1000 * med(r["wall_s"] for r in runs), 1),
+        "answer_ms": round(1000 * med(r["answer_s"] for r in runs), 1),
+        "bytes": med(r["bytes"] for r in runs),
+        "slurm_cpu_s": round(med(cpu), 3),
+        "slurm_cpu_s_net": round(med(net), 3),
+        "by_daemon": {d: round(med(r["cpu_s"].get(d, 0.0) for r in runs), 3)
+                      for d in LIST_DAEMONS},
+        "background_cpu_per_s": round(background_per_s, 4),
+        "interval_s": interval_s,
+        "amortized_pct": round(100 * med(net) / interval_s, 3) if interval_s > 0 else math.nan,
+        "samples": runs,
+    }
 
 
 # --------------------------------------------------------------------------- /proc readers

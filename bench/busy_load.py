@@ -7,6 +7,16 @@ ever runs, so N stays N. Churn (`churn`) at R changes a second, in cycles of CYC
 one short job that runs on the site's nodes (its submit, its start, its end), one standing job
 cancelled and one of the same kind submitted in its place.
 
+The bodies follow the server's dialect (slurmgate.slurm.dialects.Dialect), as the placeholder's
+do: numbers as plain ints or {"set", "infinite", "number"} objects, the script at the top or in
+the job, the environment as a dict or a list, `nodes` or minimum_/maximum_nodes. Held is
+`hold: true` and an array `array: "0-9"` on every release: v0.0.38 (22.05) hands each job field
+to sbatch's own option parser (`hold` is --hold, which submits with priority 0; `array` is
+--array), v0.0.40+ to the data parser, and both know the two. The begin time is the one field
+whose form is not a number's on v0.0.38: that parser reads begin_time as --begin's text
+(parse_time), where a bare epoch misreads as a date (MMDDYY) and fails; "uts<epoch>" is
+parse_time's own form for an epoch.
+
 Every job is submitted as a tenant of the local cluster (cluster/slurm_accounting.TENANTS:
 user sg-team-a with account team-a, sg-team-b with team-b) through the X-SLURM-USER-NAME
 header with the cluster's root token, as slurmgate's SlurmClient submits with `user=`.
@@ -43,6 +53,17 @@ def plan_mix(n: int) -> dict[str, int]:
     return {kind: out[kind] for kind, _ in MIX}
 
 
+def number(d: Dialect, n: int) -> Any:
+    return {"set": True, "infinite": False, "number": n} if d.number_objects else n
+
+
+def begin_time(d: Dialect, epoch: int) -> Any:
+    """A begin time: a number on the dialects of number objects (the data parser, v0.0.40+);
+    on the dialect of plain numbers (v0.0.38, sbatch's option parser) --begin's text, which
+    takes an epoch only as "uts<epoch>"."""
+    return number(d, epoch) if d.number_objects else f"uts{epoch}"
+
+
 def job_body(d: Dialect, kind: str, seq: int, tenant: Tenant, partition: str,
              now: int) -> dict[str, Any]:
     """POST /job/submit body for one foreign job of `kind` (held, begin, array, short) in the
@@ -50,15 +71,12 @@ def job_body(d: Dialect, kind: str, seq: int, tenant: Tenant, partition: str,
     if kind not in ("held", "begin", "array", "short"):
         raise ValueError(f"unknown kind of foreign job {kind!r}")
 
-    def number(n: int) -> Any:
-        return {"set": True, "infinite": False, "number": n} if d.number_objects else n
-
     env = {"PATH": "/usr/bin:/bin"}
     job: dict[str, Any] = {
         "name": f"site-{kind}-{seq}", "partition": partition, "account": tenant.account,
         "tasks": 1, "current_working_directory": "/tmp",
         "standard_output": "/dev/null", "standard_error": "/dev/null",
-        "memory_per_node": number(100), "time_limit": number(10),
+        "memory_per_node": number(d, 100), "time_limit": number(d, 10),
         "environment": [f"{k}={v}" for k, v in env.items()] if d.environment_list else env,
     }
     if d.node_range:
@@ -70,7 +88,7 @@ def job_body(d: Dialect, kind: str, seq: int, tenant: Tenant, partition: str,
     if kind == "array":
         job["array"] = f"0-{ARRAY_TASKS - 1}"
     if kind == "begin":
-        job["begin_time"] = number(now + BEGIN_AHEAD_S)
+        job["begin_time"] = begin_time(d, now + BEGIN_AHEAD_S)
     script = SCRIPT_SHORT if kind == "short" else SCRIPT_WAIT
     if d.script_in_job:
         return {"job": {**job, "script": script}}

@@ -6,21 +6,41 @@ Imports cluster.* (through bench.harness): import it only once the environment i
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from bench import attribution, util
-from bench.busy_cost import Samples, Watched, cpu_delta_by_role, pct_of_core, rest_by_endpoint
+from bench.busy_cost import (
+    Samples,
+    Watched,
+    background_rate,
+    cpu_delta_by_role,
+    list_cost,
+    pct_of_core,
+    rest_by_endpoint,
+)
 from bench.harness import Env
 from bench.observers import PodWatch
 from bench.stats import lat, log, spread
-from slurmgate.slurm import RUNNING, JobSpec
+from slurmgate import jsonpool
+from slurmgate.config import SlurmSettings
+from slurmgate.contract import COMMENT_PREFIX
+from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
 from slurmgate.slurm.models import ENDED_STATES
+from slurmgate.slurm.restmetrics import RestMetrics
 
 COMPONENTS = ("binder", "webhook")
 FLOOR_PARTITION = "k8s"
+WHOLE_LIST_RUNS = 3
+# a busy site's whole list may take longer than the binder's own request timeout: it is
+# measured whole here, and the report says when the binder's timeout would have cut it
+WHOLE_LIST_TIMEOUT_S = 600.0
 
 
 async def scrape(env: Env) -> dict[str, Samples]:
@@ -249,3 +269,66 @@ async def delete_lease(env: Env, namespace: str, name: str) -> None:
             "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
     except Exception as e:  # 404: none yet
         log(f"lease delete: {e}")
+
+
+def _grew(before: Samples, after: Samples, metric: str, endpoint: str) -> float:
+    return (util.prom_sum(after, metric, endpoint=endpoint)
+            - util.prom_sum(before, metric, endpoint=endpoint))
+
+
+def binder_request_timeout() -> float:
+    """The request timeout of the binder's SlurmClient (the binder sets none: the default)."""
+    return float(inspect.signature(SlurmClient).parameters["timeout"].default)
+
+
+async def whole_lists(rest_url: str, token_file: Path, watched: Watched,
+                      stopped: dict[str, Any], intervals: dict[str, float],
+                      runs: int = WHOLE_LIST_RUNS) -> dict[str, Any]:
+    """The binder's two whole lists, made directly with slurmgate's own client: Slurm's whole
+    job list (GET jobs, parsed for our jobs only, as the binder reads it at start and every
+    `intervals["jobs"]` s) and its node list (GET nodes, the node drift check, every
+    `intervals["nodes"]` s). Each `runs` times, one after the other, with the CPU of slurmctld
+    and slurmrestd (/proc) just before and after, its wall time, the time to slurmrestd's
+    whole answer and its bytes; then busy_cost.list_cost: the medians, net of what the
+    stopped window's background spends in the same time, amortized over the interval. Run
+    with slurmgate stopped: nothing else of ours asks Slurm meanwhile."""
+    reg = CollectorRegistry()
+    metrics = RestMetrics("bench", reg)
+    prefix = "slurmgate_bench_slurmrestd"
+    bg = background_rate(stopped.get("cpu_s") or {}, float(stopped.get("seconds") or 0.0))
+    out: dict[str, Any] = {}
+    # parsed as the binder parses it: a big answer in a worker process (the event loop, and
+    # so the churn, goes on meanwhile)
+    offload = SlurmSettings().json_offload_bytes
+    async with SlurmClient(rest_url, token_file, "root", timeout=WHOLE_LIST_TIMEOUT_S,
+                           json_offload_bytes=offload, metrics=metrics) as client:
+        await client.detect_version()
+
+        async def job_list() -> Any:
+            return await client.jobs(None, comment_prefix=COMMENT_PREFIX)
+
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {"jobs": job_list,
+                                                           "nodes": client.nodes}
+        for what, call in calls.items():
+            samples: list[dict[str, Any]] = []
+            try:
+                for _ in range(runs):
+                    m0 = util.parse_prom(generate_latest(reg).decode())
+                    c0 = watched.cpu()
+                    t0 = time.perf_counter()
+                    await call()
+                    wall = time.perf_counter() - t0
+                    c1 = watched.cpu()
+                    m1 = util.parse_prom(generate_latest(reg).decode())
+                    answer = _grew(m0, m1, f"{prefix}_request_seconds_sum", what)
+                    samples.append({"wall_s": round(wall, 4), "answer_s": round(answer, 4),
+                                    "bytes": _grew(m0, m1, f"{prefix}_response_bytes_total",
+                                                   what),
+                                    "cpu_s": cpu_delta_by_role(c0, c1)})
+                out[what] = list_cost(samples, intervals[what], bg)
+            except Exception as e:  # a failed list is a result: keep the runs it made
+                out[what] = {**list_cost(samples, intervals[what], bg),
+                             "error": f"{type(e).__name__}: {e}"}
+            out[what]["binder_timeout_s"] = binder_request_timeout()
+    jsonpool.shutdown()  # its worker would otherwise idle through the rest of the segment
+    return out

@@ -24,6 +24,7 @@ from bench.busy_phases import (
     pods_in_flight,
     scrape,
     slurm_floor,
+    whole_lists,
     window,
 )
 from bench.busy_report import release_table, targets
@@ -51,6 +52,27 @@ def site_layout(a: argparse.Namespace) -> SiteLayout:
                       other_partition=SITE_PARTITION,
                       max_job_count=max(100_000, 2 * max(a.background_jobs)),
                       min_job_age=MIN_JOB_AGE)
+
+
+def list_intervals() -> dict[str, float]:
+    """How often the bench's binder reads each whole list: Slurm's job list every
+    BINDER_FULL_LIST_INTERVAL (cluster/bridge.py passes SLURMGATE_FULL_LIST_INTERVAL, which
+    bench/busy.py sets to the product default), its node list every nodesync.WHOLE_LIST_EVERY."""
+    from slurmgate.binder.config import ReconcileSettings
+    from slurmgate.binder.nodesync import WHOLE_LIST_EVERY
+
+    jobs = os.environ.get("SLURMGATE_FULL_LIST_INTERVAL") or ReconcileSettings().full_list_interval
+    return {"jobs": float(jobs), "nodes": float(WHOLE_LIST_EVERY)}
+
+
+def summary_of(lists: dict[str, Any]) -> str:
+    """One log line of busy_phases.whole_lists."""
+    out = []
+    for k, v in lists.items():
+        text = (f"{k}: {v.get('wall_ms')} ms, {v.get('bytes')} B, "
+                f"{v.get('slurm_cpu_s_net')} CPU-s, {v.get('amortized_pct')} % amortized")
+        out.append(text + (f" ({v['error']})" if "error" in v else ""))
+    return "; ".join(out)
 
 
 def save(doc: dict[str, Any], path: Path) -> None:
@@ -122,7 +144,12 @@ async def segment(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge, load: For
     try:
         await asyncio.sleep(SETTLE_S)
         log(f"N={n}: window, slurmgate stopped")
-        seg["stopped"] = await window(env, Watched.of(lc.slurm.pids, {}), a.window, False)
+        site = Watched.of(lc.slurm.pids, {})
+        seg["stopped"] = await window(env, site, a.window, False)
+        log(f"N={n}: the binder's whole lists, made directly (slurmgate stopped)")
+        seg["whole_list"] = await whole_lists(lc.slurm.rest_url, lc.slurm.token_file, site,
+                                              seg["stopped"], list_intervals())
+        log(f"N={n}: whole lists {summary_of(seg['whole_list'])}")
         await start_slurmgate(b)
         await asyncio.sleep(SETTLE_START_S)
         await running_phases(env, lc, b, a, n, seg)
@@ -198,6 +225,7 @@ def main(a: argparse.Namespace) -> int:
         "site_nodes": a.site_nodes, "min_job_age": MIN_JOB_AGE,
         "env": {k: os.environ.get(k) for k in ("SLURMGATE_FULL_LIST_INTERVAL",
                                                "SLURMGATE_LEASE_SECONDS", "SUBMIT_BUDGET")},
+        "list_intervals_s": list_intervals(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_start": util.loadavg()},
         "releases": {}}

@@ -16,7 +16,7 @@ from bench.stats import lat
 from cluster import slurm_release
 from cluster.slurm_accounting import TENANTS
 from cluster.slurm_conf import SiteLayout, slurm_conf_text
-from slurmgate.slurm.dialects import dialect
+from slurmgate.slurm.dialects import DIALECTS, dialect
 from slurmgate.slurm.restmetrics import RestMetrics
 
 EVERY = list(slurm_release.RELEASES)
@@ -106,21 +106,69 @@ def test_mix_adds_up() -> None:
     assert busy_load.plan_mix(0) == {"held": 0, "begin": 0, "array": 0}
 
 
-def test_foreign_bodies_in_each_dialect() -> None:
+# Keys of v0.0.38's job parser (22.05's openapi/v0.0.38 job_params table: each is an sbatch
+# option) that the foreign jobs use; a key outside the table, or a disabled one, fails the submit
+V38_KEYS = {"name", "partition", "account", "tasks", "current_working_directory",
+            "standard_output", "standard_error", "memory_per_node", "time_limit",
+            "environment", "nodes", "hold", "array", "begin_time"}
+# ...and of v0.0.40+'s job_desc_msg (the data parser), script included
+NEWER_KEYS = (V38_KEYS - {"nodes"}) | {"minimum_nodes", "maximum_nodes", "script"}
+KINDS = ("held", "begin", "array", "short")
+
+
+@pytest.mark.parametrize("version", sorted(DIALECTS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_foreign_body_in_every_dialect(version: str, kind: str) -> None:
+    d = dialect(version)
     t = TENANTS[1]
-    old = busy_load.job_body(dialect("v0.0.38"), "array", 3, t, "site", 1000)
-    assert old["script"] == busy_load.SCRIPT_WAIT and "script" not in old["job"]
-    assert old["job"]["hold"] is True and old["job"]["array"] == "0-9"
-    assert (old["job"]["account"], old["job"]["partition"], old["job"]["nodes"]) == \
-        (t.account, "site", 1)
-    assert old["job"]["environment"] == {"PATH": "/usr/bin:/bin"}
-    new = busy_load.job_body(dialect("v0.0.45"), "begin", 4, t, "site", 1000)["job"]
-    assert new["begin_time"] == {"set": True, "infinite": False,
-                                 "number": 1000 + busy_load.BEGIN_AHEAD_S}
-    assert "hold" not in new and new["minimum_nodes"] == new["maximum_nodes"] == 1
-    assert new["environment"] == ["PATH=/usr/bin:/bin"]
-    short = busy_load.job_body(dialect("v0.0.42"), "short", 5, t, "site", 1000)["job"]
-    assert short["script"] == busy_load.SCRIPT_SHORT and "hold" not in short
+    body = busy_load.job_body(d, kind, 3, t, "site", 1000)
+    job = body["job"]
+    script = busy_load.SCRIPT_SHORT if kind == "short" else busy_load.SCRIPT_WAIT
+    # the script where the dialect puts it, and only there
+    if d.script_in_job:
+        assert set(body) == {"job"} and job["script"] == script
+    else:
+        assert body["script"] == script and "script" not in job
+    assert set(job) <= (NEWER_KEYS if d.number_objects else V38_KEYS)
+    assert (job["name"], job["partition"], job["account"], job["tasks"]) == \
+        (f"site-{kind}-3", "site", t.account, 1)
+
+    def n(x: int) -> Any:
+        return {"set": True, "infinite": False, "number": x} if d.number_objects else x
+
+    assert (job["memory_per_node"], job["time_limit"]) == (n(100), n(10))
+    env = job["environment"]
+    assert env == (["PATH=/usr/bin:/bin"] if d.environment_list else {"PATH": "/usr/bin:/bin"})
+    if d.node_range:
+        assert (job["minimum_nodes"], job["maximum_nodes"]) == (1, 1) and "nodes" not in job
+    else:
+        assert job["nodes"] == 1 and "minimum_nodes" not in job  # a boolean on v0.0.38
+    # held standing jobs and arrays: hold (never a priority); arrays a string everywhere
+    assert job.get("hold") is (True if kind in ("held", "array") else None)
+    assert "priority" not in job
+    assert job.get("array") == ("0-9" if kind == "array" else None)
+    if kind == "begin":
+        at = 1000 + busy_load.BEGIN_AHEAD_S
+        # v0.0.38 reads it as sbatch's --begin text, where a bare epoch is a bad date
+        assert job["begin_time"] == (n(at) if d.number_objects else f"uts{at}")
+    else:
+        assert "begin_time" not in job
+
+
+def test_foreign_bodies_of_the_tested_releases() -> None:
+    """The dialects slurmgate picks on 22.05, 24.11 and 26.05, spelled out."""
+    t = TENANTS[0]
+    old = busy_load.job_body(dialect("v0.0.38"), "begin", 1, t, "site", 1000)
+    assert old == {"script": busy_load.SCRIPT_WAIT, "job": {
+        "name": "site-begin-1", "partition": "site", "account": t.account, "tasks": 1,
+        "current_working_directory": "/tmp", "standard_output": "/dev/null",
+        "standard_error": "/dev/null", "memory_per_node": 100, "time_limit": 10,
+        "environment": {"PATH": "/usr/bin:/bin"}, "nodes": 1, "begin_time": "uts87400"}}
+    for v in ("v0.0.42", "v0.0.45"):
+        job = busy_load.job_body(dialect(v), "array", 2, t, "site", 1000)["job"]
+        assert job["hold"] is True and job["array"] == "0-9"
+        assert job["environment"] == ["PATH=/usr/bin:/bin"]
+        assert job["time_limit"] == {"set": True, "infinite": False, "number": 10}
     with pytest.raises(ValueError):
         busy_load.job_body(dialect("v0.0.42"), "bogus", 1, t, "site", 0)
 
@@ -159,6 +207,14 @@ def test_rest_by_endpoint_diffs_two_real_scrapes() -> None:
     assert (jobs["per_s"], jobs["per_min"], jobs["bytes_per_s"]) == (0.3, 18.0, 400.0)
     assert 100 <= jobs["p99_ms"] <= 250  # the 0.2 s list, in its bucket
     assert out["job/{id}"]["by"] == {"DELETE 200": 1, "GET error": 1}
+    # the histogram's method label keeps the cancel apart from the (slow) single-job read
+    by_method = out["job/{id}"]["methods"]
+    assert set(by_method) == {"DELETE", "GET"}
+    assert by_method["DELETE"]["requests"] == 1 and by_method["DELETE"]["n"] == 1
+    assert 10 <= by_method["DELETE"]["p99_ms"] <= 20
+    assert by_method["GET"]["p99_ms"] >= 2500 and by_method["DELETE"]["per_min"] == 6.0
+    assert 10 <= out["job/{id}"]["p50_ms"]  # the endpoint's own figures mix the two
+    assert set(jobs["methods"]) == {"GET"} and jobs["methods"]["GET"]["requests"] == 3
     assert out["all"]["requests"] == 5 and out["all"]["bytes"] == 4100
     hook = busy_cost.rest_by_endpoint(before, after, "webhook", 10.0)
     assert list(hook) == ["job/submit", "all"] and hook["job/submit"]["per_min"] == 6.0
@@ -201,6 +257,32 @@ def window(per_min_jobs: float, p99_s: float, cpu: dict[str, float]) -> dict[str
         "binder": rest, "webhook": {}}}
 
 
+def calls() -> dict[str, Any]:
+    """The whole running phase's requests: the webhook's submits; the binder's cancels and its
+    slower single-job reads on the one endpoint job/{id}."""
+    reg = CollectorRegistry()
+    binder, webhook = RestMetrics("binder", reg), RestMetrics("webhook", reg)
+    before = scrape(reg)
+    for t in (0.005, 0.006):
+        webhook.observe("POST", "/slurm/v0.0.42/job/submit", 200, 300, t)
+    for i in range(8):
+        binder.observe("GET", f"/slurm/v0.0.42/job/{i}", 200, 4000, 0.04)
+    for i in range(2):
+        binder.observe("DELETE", f"/slurm/v0.0.42/job/{i}", 200, 100, 0.009)
+    after = scrape(reg)
+    return {c: busy_cost.rest_by_endpoint(before, after, c, 600.0) for c in ("binder", "webhook")}
+
+
+def whole_list(wall_s: list[float], cpu_s: float, nbytes: float, interval: float
+               ) -> dict[str, Any]:
+    runs = [{"wall_s": w, "answer_s": w - 0.1, "bytes": nbytes,
+             "cpu_s": {"slurmctld": cpu_s / 5, "slurmrestd": 4 * cpu_s / 5,
+                       "slurmscriptd": 7.0}} for w in wall_s]
+    out = busy_cost.list_cost(runs, interval, background_per_s=0.1)
+    out["binder_timeout_s"] = 5.0
+    return out
+
+
 def seg(n: int, restd: float, p99_s: float, rb: list[float], rss: float) -> dict[str, Any]:
     stopped = {"seconds": 60.0,
                "cpu_pct": busy_cost.pct_of_core({"slurmctld": 0.6, "slurmrestd": 0.6}, 60.0)}
@@ -213,11 +295,29 @@ def seg(n: int, restd: float, p99_s: float, rb: list[float], rss: float) -> dict
     s["cost"] = {k: busy_cost.site_cost(stopped["cpu_pct"], s[k]["cpu_pct"])
                  for k in ("idle", "idle_nohook", "pods")}
     s["latency_hook"] = {"running_to_bound": lat(rb), "admission": lat([0.01, 0.02])}
-    s["floor"] = {"submit": lat([0.004, 0.005])}
-    s["calls"] = {"webhook": {"job/submit": {"n": 2, "p50_ms": 5.0, "p99_ms": 6.0}},
-                  "binder": {"job/{id}": {"n": 10, "p50_ms": 3.0, "p99_ms": 9.0,
-                                          "by": {"GET 200": 8, "DELETE 200": 2}}}}
+    s["floor"] = {"submit": lat([0.004, 0.005]), "cancel": lat([0.008, 0.01])}
+    s["calls"] = calls()
+    s["whole_list"] = {"jobs": whole_list([1.2, 1.0, 1.4], 3.0 * (1 + n / 1000), 4e7, 300.0),
+                       "nodes": whole_list([0.01, 0.01, 0.02], 0.003, 2e4, 300.0)}
     return s
+
+
+def test_whole_list_cost_median_net_of_the_background_amortized() -> None:
+    d = whole_list([1.2, 1.0, 1.4], 3.0, 4e7, 300.0)
+    assert d["runs"] == 3 and d["wall_ms"] == 1200.0 and d["answer_ms"] == 1100.0
+    assert d["bytes"] == 4e7
+    assert d["slurm_cpu_s"] == 3.0  # slurmctld + slurmrestd: slurmscriptd is no part of it
+    assert d["by_daemon"] == {"slurmctld": 0.6, "slurmrestd": 2.4}
+    assert d["slurm_cpu_s_net"] == pytest.approx(2.88)  # the median of 3 - 0.1/s * wall
+    assert d["amortized_pct"] == pytest.approx(0.96)
+    assert busy_cost.list_cost([], 300.0) == {"runs": 0}
+    # a list quicker than the background's noise costs nothing, never less
+    tiny = busy_cost.list_cost([{"wall_s": 1.0, "answer_s": 1.0, "bytes": 1,
+                                 "cpu_s": {"slurmrestd": 0.01}}], 300.0, 0.5)
+    assert tiny["slurm_cpu_s_net"] == 0.0 and tiny["amortized_pct"] == 0.0
+    assert busy_cost.background_rate({"slurmctld": 0.6, "slurmrestd": 1.2,
+                                      "slurmscriptd": 9.0}, 60.0) == pytest.approx(0.03)
+    assert busy_cost.background_rate({"slurmrestd": 1.0}, 0.0) == 0.0
 
 
 def test_release_table_a_column_per_n_and_verdicts() -> None:
@@ -227,12 +327,22 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     results["targets"] = busy_report.targets(results)
     t = results["targets"]
     assert t["added_cpu_idle_pct"] == {"value": 5.0, "limit": 2.0, "ok": False}
+    # the window's figure plus both whole lists amortized over their 300 s
+    jobs = results["by_n"][1]["whole_list"]["jobs"]["amortized_pct"]
+    nodes = results["by_n"][1]["whole_list"]["nodes"]["amortized_pct"]
+    assert jobs == pytest.approx(100 * (9.0 - 0.12) / 300, 1e-3)
+    both = t["added_cpu_idle_with_whole_lists_pct"]
+    assert both["value"] == pytest.approx(5.0 + jobs + nodes, 1e-3) and both["ok"] is False
+    assert "held 6 whole job list" in both["note"]  # this idle window's GET jobs
     assert t["idle_requests_per_min"]["value"] == 6.0 and t["idle_requests_per_min"]["ok"]
     assert t["slowest_read_p99_ms"]["ok"] is False  # 0.3 s lists
     assert t["running_to_bound_p99_vs_smallest_n"]["value"] == pytest.approx(50 / 30, 1e-3)
     assert t["binder_rss_peak_vs_smallest_n"] == {"value": 1.5, "limit": 1.2, "ok": False}
-    assert t["cancel_p99_vs_direct"]["ok"] is None  # not measured: neither passed nor missed
-    assert t["submit_p99_vs_direct"]["value"] == pytest.approx(1.2)
+    # POST job/submit against the direct submit: p99 9.9 ms (in its bucket) against 5 ms
+    assert t["submit_p99_vs_direct"]["value"] == pytest.approx(9.9 / 5, 1e-3)
+    # DELETE job/{id} alone against the direct cancel (10 ms, 10 ms in its bucket): the 40 ms
+    # reads on job/{id} are not in it (the endpoint's p99 would be 49.6 ms)
+    assert t["cancel_p99_vs_direct"] == {"value": 1.0, "limit": 1.2, "ok": True}
 
     text = busy_report.release_table(results, 8)
     lines = text.splitlines()
@@ -242,16 +352,61 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     assert row.endswith("| 6 / 60 / 600 | 6 / 60 / 600 |")
     added = next(x for x in lines if x.startswith("| **added by slurmgate**"))
     assert added.endswith("| 0.5 / 0.5 / 0.5 | 5 / 5 / 5 |")
-    # the histogram's p99, interpolated in its bucket (Prometheus' histogram_quantile)
-    assert "| binder jobs | 6 / 60 / 600; 10.0 KiB/s, p99 5 | " \
-        "6 / 60 / 600; 10.0 KiB/s, p99 497.5 |" in lines
-    assert "| submit p50 / p99 ms: slurmgate; direct (p99 ratio) | 5 / 6; 4 / 5 (1.20x) |" in text
-    # cancels share job/{id} with single-job reads: the cell says how many were cancels
-    assert "| 3 / 9; - (-), DELETE 2 of 10 |" in text
+    jl = next(x for x in lines if x.startswith("| binder's whole job list"))
+    assert jl.endswith("| whole list: 1,200 ms, 40 MB, 8.88 CPU-s of Slurm; amortized at the "
+                       "300 s interval: 2.96 % of a core |")
+    nl = next(x for x in lines if x.startswith("| binder's whole node list"))
+    assert nl.endswith("| whole list: 10 ms, 0.02 MB, 0.002 CPU-s of Slurm; amortized at the "
+                       "300 s interval: 0.001 % of a core |")  # 0.003 - 0.1/s * 10 ms
+    both_row = next(x for x in lines if x.startswith("| **added by slurmgate, idle**"))
+    assert both_row.endswith("| 5; 7.96 |")
+    # by "component METHOD endpoint": the histogram's p99, interpolated in its bucket
+    # (Prometheus' histogram_quantile); the method's latency over the whole running phase
+    assert "| binder GET jobs | 6 / 60 / 600; 10.0 KiB/s; - | " \
+        "6 / 60 / 600; 10.0 KiB/s; - |" in lines
+    assert "| binder DELETE job/{id} | - / - / -; -; 7.5 / 10 | - / - / -; -; 7.5 / 10 |" \
+        in lines
+    assert "| binder GET job/{id} | - / - / -; -; 35 / 49.7 | - / - / -; -; 35 / 49.7 |" \
+        in lines
+    by_endpoint = lines[lines.index("| endpoint | N = 0 | N = 2,000 |") + 2:]
+    assert [x.split(" |")[0] for x in by_endpoint if x.startswith("| ")] == [
+        "| binder DELETE job/{id}", "| binder GET job/{id}", "| binder GET jobs",
+        "| webhook POST job/submit"]
+    assert "| submit p50 / p99 ms: slurmgate POST job/submit; direct (p99 ratio) | " \
+        "5 / 9.9; 4 / 5 (1.98x), n = 2 |" in text
+    assert "| 7.5 / 10; 8 / 10 (1.00x), n = 2 |" in text  # the cancels
+    assert "| single-job read p50 / p99 ms: binder GET job/{id} | 35 / 49.7, n = 8 |" in text
     assert "added_cpu_idle_pct 5 (<= 2): MISSED" in text
+    assert "(the idle window held 6 whole job list(s)" in text
     # every row has a cell per N: no pipe inside a cell
     assert all(x.count("|") == 4 for x in lines if x.startswith("| "))
     json.dumps(results)  # the JSON the bench writes holds the same
+
+
+def test_report_reads_rows_without_methods() -> None:
+    """A row from before the histogram had a method label: the endpoint's figures stand for a
+    method only where the endpoint had that one method."""
+    only_post = {"requests": 2, "by": {"POST 200": 2}, "n": 2, "p50_ms": 5.0, "p99_ms": 6.0}
+    mixed = {"requests": 10, "by": {"GET 200": 8, "DELETE 200": 2}, "n": 10, "p99_ms": 9.0}
+    assert busy_report.by_method(only_post, "POST") is only_post
+    assert busy_report.by_method(mixed, "DELETE") is None
+    assert busy_report.by_method(None, "GET") is None
+    win = {"rest": {"binder": {"job/{id}": mixed, "jobs": {
+        "requests": 1, "by": {"GET 200": 1}, "n": 1, "p99_ms": 30.0}}, "webhook": {}}}
+    assert busy_report.worst_read(win) == ("binder jobs", 30.0)
+    s = {"calls": {"binder": {"job/{id}": mixed}}, "floor": {"cancel": lat([0.01])}}
+    assert busy_report.targets({"by_n": [{**s, "pods": {}}]})["cancel_p99_vs_direct"][
+        "ok"] is None
+
+
+def test_whole_list_over_the_binders_timeout_and_failed() -> None:
+    slow = whole_list([9.0, 8.0, 10.0], 20.0, 3e8, 300.0)
+    assert "(over the binder's 5 s request timeout)" in busy_report.list_cell(slow)
+    failed = {**busy_cost.list_cost([], 300.0), "error": "SlurmUnavailable: x"}
+    assert busy_report.list_cell(failed) == "- (SlurmUnavailable: x)"
+    assert busy_report.list_cell(None) == "-"
+    assert busy_report.with_whole_lists({"cost": {"idle": {"slurmrestd+slurmctld": 1.0}}}) \
+        is None
 
 
 def test_table_of_a_run_that_stopped_early() -> None:
@@ -259,3 +414,71 @@ def test_table_of_a_run_that_stopped_early() -> None:
                                       "error": "TimeoutError: x"}, 8)
     assert "|  | N = 0 |" in text and "**stopped early:** TimeoutError: x" in text
     assert busy_report.targets({"by_n": [{"n": 0}]}) == {}
+
+
+# ------------------------------------------------------------------------------ whole lists
+
+
+class Ticking(busy_cost.Watched):
+    """Slurm's daemons as /proc would show them: each sample 0.1 s of slurmctld and 0.4 s of
+    slurmrestd later than the one before."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.ticks = 0
+
+    def cpu(self) -> dict[str, dict[int, float]]:
+        self.ticks += 1
+        return {"slurmctld": {1: 0.1 * self.ticks}, "slurmrestd": {2: 0.4 * self.ticks}}
+
+
+async def test_whole_lists_made_through_slurmgates_client(tmp_path: Path) -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from bench import busy_phases  # imports cluster.*: after the defaults test
+
+    jobs = {"jobs": [{"job_id": 1, "comment": "slurmgate claim=a pod=ns/p", "job_state":
+                      ["RUNNING"]}] + [{"job_id": i, "comment": "", "job_state": ["PENDING"]}
+                                       for i in range(2, 50)],
+            "last_update": {"set": True, "infinite": False, "number": 1000}}
+    body = json.dumps(jobs).encode()
+    seen: list[str] = []
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.json_response({"paths": {"/slurm/v0.0.42/jobs/": {}}})
+
+    async def job_list(req: web.Request) -> web.Response:
+        seen.append(req.path_qs)
+        return web.Response(body=body, content_type="application/json")
+
+    async def nodes(_: web.Request) -> web.Response:
+        return web.json_response({"errors": [{"error": "boom"}]}, status=500)
+
+    app = web.Application()
+    app.router.add_get("/openapi/v3", openapi)
+    app.router.add_get("/slurm/v0.0.42/jobs", job_list)
+    app.router.add_get("/slurm/v0.0.42/nodes", nodes)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    token = tmp_path / "token"
+    token.write_text("eyJhbGciOiJIUzI1NiJ9.x\n")
+    try:
+        out = await busy_phases.whole_lists(
+            str(server.make_url("")).rstrip("/"), token, Ticking(),
+            {"seconds": 30.0, "cpu_s": {"slurmctld": 0.3, "slurmrestd": 0.6}},
+            {"jobs": 300.0, "nodes": 600.0})
+    finally:
+        await server.close()
+    assert seen == ["/slurm/v0.0.42/jobs"] * 3  # the whole list: no update_time
+    j = out["jobs"]
+    assert j["runs"] == 3 and j["bytes"] == len(body) and j["interval_s"] == 300.0
+    assert 0 < j["answer_ms"] <= j["wall_ms"]
+    assert j["slurm_cpu_s"] == pytest.approx(0.5)  # one sample before, one after
+    # the background's 0.03 CPU-s a second over the list's wall time comes off
+    assert j["slurm_cpu_s_net"] == pytest.approx(0.5 - 0.03 * j["wall_ms"] / 1000, abs=2e-3)
+    assert j["amortized_pct"] == pytest.approx(100 * j["slurm_cpu_s_net"] / 300, abs=1e-3)
+    assert j["binder_timeout_s"] == 5.0  # SlurmClient's default, which the binder runs with
+    # a list that fails is a result too, with what it measured before
+    assert out["nodes"]["runs"] == 0 and "boom" in out["nodes"]["error"]
+    assert busy_report.list_cell(out["nodes"]).startswith("- (SlurmRefused")
