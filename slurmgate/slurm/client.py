@@ -47,6 +47,9 @@ _GONE = frozenset({_ERRNO_INVALID_JOB_ID, _ERRNO_ALREADY_DONE})
 STATE_QUERY_CHUNK = 400
 # concurrent GET /job/{id} reads: slurmctld serves them one at a time anyway
 JOB_READS_AT_ONCE = 8
+# A site's whole job list takes slurmrestd seconds to write (tens of thousands of records): it
+# gets this long, where every other request keeps the client's timeout.
+WHOLE_LIST_TIMEOUT = 60.0
 
 
 class SlurmClient:
@@ -64,6 +67,7 @@ class SlurmClient:
     ) -> None:
         if api_version is not None:
             dialects.dialect(api_version)  # ValueError naming the supported ones
+        self._timeout = timeout
         self._http = Transport(base_url, token_file, user, timeout, connections,
                                json_offload_bytes, metrics)
         self.base_url = self._http.base_url
@@ -204,7 +208,7 @@ class SlurmClient:
         params = {"update_time": str(since)} if since is not None else None
         status, data = await self._request(
             "GET", f"{base}/jobs", what="list jobs", params=params, allow_304=True,
-            keep_comment_prefix=comment_prefix,
+            keep_comment_prefix=comment_prefix, seconds=max(self._timeout, WHOLE_LIST_TIMEOUT),
         )
         if status == 304 or data is None:
             return None, since if since is not None else 0

@@ -206,6 +206,7 @@ class Transport:
         allow_304: bool = False,
         keep_comment_prefix: str | None = None,
         user: str | None = None,
+        seconds: float | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
         """One request; returns (status, parsed JSON or None for 304). Raises SlurmError.
 
@@ -213,14 +214,17 @@ class Transport:
         it (dropped while parsing, which big bodies do in a worker process).
         A 2xx answer whose warnings point into ``body`` raises SlurmIgnoredField, with the
         parsed answer in ``.answer`` (a submit may have created a job all the same).
-        ``user``: act as this Slurm user for this request only (default: ``self.user``)."""
+        ``user``: act as this Slurm user for this request only (default: ``self.user``).
+        ``seconds``: how long this request may take (default: the client's timeout)."""
         url = f"{self.base_url}{path}"
+        limit = aiohttp.ClientTimeout(total=seconds) if seconds else self.timeout
         t0 = time.perf_counter()
         status_seen: int | None = None
         raw = b""
         try:
             async with self.session().request(
-                method, url, params=params, json=body, headers=self._headers(user)
+                method, url, params=params, json=body, headers=self._headers(user),
+                timeout=limit,
             ) as resp:
                 status = status_seen = resp.status
                 if status == 304 and allow_304:
@@ -237,7 +241,7 @@ class Transport:
         except TimeoutError:
             raise SlurmUnavailable(
                 f"{what}: slurmrestd at {self.base_url} did not answer within "
-                f"{self.timeout.total}s"
+                f"{limit.total}s"
             ) from None
         finally:
             if self.metrics is not None:

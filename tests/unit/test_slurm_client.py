@@ -757,3 +757,23 @@ async def test_a_bare_404_is_not_a_job_gone(client: tuple[Fake, SlurmClient]) ->
             {"description": "Unable to query JobId=7", "error_number": 2017,
              "error": "Invalid job id specified", "source": "_handle_job_get"}]}, status=404)
     assert await c.job(7) is None
+
+
+async def test_the_whole_job_list_may_take_longer_than_other_requests(
+        fake_server: tuple[Fake, str], token_file: Path) -> None:
+    """A busy site's whole list takes slurmrestd seconds to write: with the client's short
+    timeout the binder's first (and every) whole list would fail, and it would never sync."""
+    fake, url = fake_server
+    use40(fake)
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)
+        return web.json_response({"meta": META40, "errors": [], "warnings": [], "jobs": [],
+                                  "last_update": nv(1796219000)})
+    fake.override["/jobs"] = slow
+    fake.override["/job/1"] = slow
+    async with SlurmClient(url, token_file, timeout=0.3) as c:
+        jobs, _ = await c.jobs()
+        assert jobs == []
+        with pytest.raises(SlurmUnavailable, match=r"did not answer within 0\.3s"):
+            await c.job(1)
