@@ -39,6 +39,9 @@ USER_ANNOTATIONS = (*SLURM_OPTIONS, A_GROUP, A_GROUP_SIZE, A_GROUP_INDEX)
 
 # --- annotations we write (status, for `kubectl describe pod`) ---
 A_CLAIM = f"{DOMAIN}/claim"  # token in the Slurm job's comment; matches Pods with generateName
+# The same claim as a label on a Pod whose job the webhook submitted: the webhook finds the Pod
+# by it after admission (a Pod refused after our submit leaves an orphan job to cancel)
+CLAIM_LABEL = A_CLAIM
 A_JOB_ID = f"{DOMAIN}/job-id"
 A_JOB_STATE = f"{DOMAIN}/job-state"
 A_JOB_REASON = f"{DOMAIN}/job-reason"

@@ -19,6 +19,7 @@ from slurmgate.webhook import config, metrics
 from slurmgate.webhook.admission import Admitter
 from slurmgate.webhook.config import WebhookConfig
 from slurmgate.webhook.lookup import OwnerLookup
+from slurmgate.webhook.orphans import OrphanWatch
 from slurmgate.webhook.server import (
     CertReloader,
     TLSFiles,
@@ -44,8 +45,9 @@ async def run(cfg: WebhookConfig) -> None:
     policy = PolicySource(kube, cfg.tenancy_configmap,
                           on_state=metrics.TENANCY.on_state,
                           on_error=metrics.TENANCY.on_error)
+    orphans = OrphanWatch(kube, slurm.cancel)
     admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube),
-                        policy.current)
+                        policy.current, on_submitted=orphans.admitted)
 
     def ready() -> tuple[bool, str]:
         return readiness(inventory.current is not None, settings.fail_open, policy.state)
@@ -54,7 +56,8 @@ async def run(cfg: WebhookConfig) -> None:
     host, _, port = cfg.listen.rpartition(":")
     runner = await serve(make_app(admitter, ready), host or "0.0.0.0", int(port), reloader)
     tasks = [asyncio.create_task(inventory.run(metrics.INVENTORY_ERRORS.inc)),
-             asyncio.create_task(reloader.run()), asyncio.create_task(policy.run())]
+             asyncio.create_task(reloader.run()), asyncio.create_task(policy.run()),
+             asyncio.create_task(orphans.run())]
     log.info("webhook serving", extra=kv(listen=cfg.listen, slurmrestd=s.url,
                                          fail_open=settings.fail_open,
                                          submit_budget=settings.submit_budget,

@@ -89,8 +89,11 @@ def parse_review(body: Any) -> dict[str, Any]:
 class Admitter:
     def __init__(self, submit: Submit, nodemap: Callable[[], NodeMap | None],
                  settings: Settings, lookup: groups.Get | None = None,
-                 policy: Callable[[], tenancy.PolicyState] | None = None) -> None:
+                 policy: Callable[[], tenancy.PolicyState] | None = None,
+                 on_submitted: Callable[[str, str, int], None] | None = None) -> None:
         self._submit = submit
+        # (namespace, claim, job id) of each job submitted for an admitted Pod
+        self._on_submitted = on_submitted or (lambda _ns, _claim, _job: None)
         self._nodemap = nodemap
         self.settings = settings
         self._lookup = lookup or _no_lookup
@@ -256,7 +259,8 @@ class Admitter:
         if budget > 0 and not self._slurm_away:
             await asyncio.wait((submit,), timeout=budget)
             if not submit.done():
-                return self._hand_off(uid, submit, pod_orig, annotations, pod_ref, warnings)
+                return self._hand_off(uid, submit, pod_orig, annotations, namespace, pod_ref,
+                                      warnings)
         try:
             job_id = await submit
         except SlurmError as e:
@@ -266,11 +270,13 @@ class Admitter:
         annotations[contract.A_JOB_STATE] = PENDING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         metrics.DECISIONS.labels("gated").inc()
+        self._on_submitted(namespace, claim, job_id)
         log.info("placeholder job submitted",
                  extra=kv(pod=pod_ref, job=job_id, claim=claim,
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
                           user=r.user, account=r.account, qos=r.qos, nice=r.nice))
-        return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
+        return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE,
+                                                   {contract.CLAIM_LABEL: claim}),
                          warnings=tuple(warnings))
 
     def _submit_failed(self, uid: str, e: SlurmError, job: JobSpec, pod: dict[str, Any],
@@ -307,23 +313,27 @@ class Admitter:
         return job_id
 
     def _hand_off(self, uid: str, submit: asyncio.Task[int], pod: dict[str, Any],
-                  annotations: dict[str, str], pod_ref: str,
+                  annotations: dict[str, str], namespace: str, pod_ref: str,
                   warnings: list[str]) -> dict[str, Any]:
         """Admit now, gated as Submitting; the submit goes on here. Its job carries the claim,
         so the binder finds it in Slurm's list whoever learns the id first; if it never comes
         (Slurm refused it, this process died), the binder submits after
         SUBMIT_HANDOFF_GRACE."""
-        submit.add_done_callback(lambda t: self._handed_off_done(t, pod_ref))
+        claim = annotations[contract.A_CLAIM]
+        submit.add_done_callback(lambda t: self._handed_off_done(t, namespace, claim, pod_ref))
         metrics.HANDOFFS.inc()
         metrics.DECISIONS.labels("gated_submitting").inc()
         annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMITTING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
-        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE,
+                                                   {contract.CLAIM_LABEL: claim}),
                          warnings=tuple(warnings))
 
-    def _handed_off_done(self, task: asyncio.Task[int], pod_ref: str) -> None:
+    def _handed_off_done(self, task: asyncio.Task[int], namespace: str, claim: str,
+                         pod_ref: str) -> None:
         if task.cancelled() or task.exception() is not None:
             return  # logged by _timed_submit; the binder submits after the grace
+        self._on_submitted(namespace, claim, task.result())
         log.info("placeholder job submitted after admission",
                  extra=kv(pod=pod_ref, job=task.result()))
 

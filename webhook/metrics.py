@@ -36,4 +36,7 @@ INVENTORY_ERRORS = Counter("slurmgate_inventory_refresh_errors_total",
                            "Failed refreshes of the Slurm/Kubernetes node inventory",
                            registry=REGISTRY)
 TENANCY = PolicyMetrics("webhook", REGISTRY)
+ORPHANS_CANCELLED = Counter("slurmgate_webhook_orphan_jobs_cancelled_total",
+                            "Jobs the webhook submitted whose Pod was never stored (refused after "
+                            "admission): cancelled by the webhook", registry=REGISTRY)
 SLURMRESTD = RestMetrics("webhook", REGISTRY)

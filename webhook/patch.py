@@ -9,9 +9,10 @@ from slurmgate.kube import pointer_escape
 
 
 def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
-             drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+             drop: tuple[str, ...] = (), labels: dict[str, str] | None = None
+             ) -> list[dict[str, Any]]:
     """Ops that add our gate (once), set our schedulerName, tolerate the Slurm Nodes' taint
-    (once), write `annotations`, drop `drop`.
+    (once), write `annotations` and `labels`, drop `drop`.
 
     Built directly (no deep copy and diff: this is on the admission hot path), and right
     whether the Pod already has gates, annotations, or neither.
@@ -33,6 +34,13 @@ def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
             if have.get(key) != value:
                 ops.append({"op": "add", "path": f"/metadata/annotations/{pointer_escape(key)}",
                             "value": value})
+    if labels:
+        have_labels = meta.get("labels")
+        if not isinstance(have_labels, dict):
+            ops.append({"op": "add", "path": "/metadata/labels", "value": dict(labels)})
+        else:
+            ops.extend({"op": "add", "path": f"/metadata/labels/{pointer_escape(k)}", "value": v}
+                       for k, v in labels.items() if have_labels.get(k) != v)
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         ops.append({"op": "add", "path": "/spec", "value": {}})

@@ -12,8 +12,10 @@ from cluster.bridge import Bridge
 from cluster.local import Local
 from slurmgate import contract
 from slurmgate.slurm import JobInfo, SlurmClient
+from slurmgate.webhook.orphans import CHECK_EVERY, SETTLE
 from tests.e2e.conftest import (
     Kubectl,
+    _component_log,
     job_id_of,
     marked_pod,
     scontrol_job,
@@ -116,3 +118,24 @@ def test_grace_longer_than_slurm_gracetime_warns(admin: Kubectl, bridge: Bridge,
     pod["spec"]["terminationGracePeriodSeconds"] = 90
     p = admin.apply(pod, "-n", ns)
     assert "exceeds partition 'k8s''s preemption GraceTime of 20s" in p.stderr, p.stderr
+
+
+def test_a_pod_refused_after_its_submit_has_its_job_cancelled_by_the_webhook(
+        local: Local, admin: Kubectl, bridge: Bridge, ns: str) -> None:
+    """A ResourceQuota refuses the Pod after our mutating webhook submitted its job (quota
+    admission runs after mutation): no Pod ever names that job. The webhook looks for the Pod
+    by the claim label it wrote and cancels the job, so the binder need not read Slurm's whole
+    job list to find it."""
+    admin.apply({"apiVersion": "v1", "kind": "ResourceQuota",
+                 "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}, "-n", ns)
+    p = admin.apply(marked_pod("over-quota"), "-n", ns, check=False)
+    assert p.returncode != 0 and "quota" in p.stderr, (p.stdout, p.stderr)
+    jobs = [r for r in squeue(local) if r["comment"].endswith(f"pod={ns}/over-quota")]
+    assert len(jobs) == 1, jobs  # the webhook did submit before the quota said no
+    job = jobs[0]["id"]
+    wait_until("the orphan job cancelled", lambda: not any(
+        r["id"] == job and r["state"] != "COMPLETING" for r in squeue(local)),
+        SETTLE + 2 * CHECK_EVERY + 10, interval=0.5)
+    wait_until("the webhook says it cancelled it", lambda: any(
+        "never stored" in line and f'"job": {job}' in line
+        for line in _component_log("webhook")), 10)

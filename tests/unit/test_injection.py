@@ -12,6 +12,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import re
 from typing import Any
 
 import pytest
@@ -133,7 +134,14 @@ def check(key: str, value: str) -> None:
     ops = json.loads(base64.b64decode(resp["patch"]))
     for op in ops:
         assert op["path"].startswith(("/metadata/annotations", "/spec/schedulerName",
-                                      "/spec/schedulingGates", "/spec/tolerations")), op
+                                      "/spec/schedulingGates", "/spec/tolerations",
+                                      "/metadata/labels")), op
+        if op["path"].startswith("/metadata/labels"):  # only our claim, a token we made
+            labels = op["value"] if op["path"] == "/metadata/labels" else {
+                contract.CLAIM_LABEL: op["value"]}
+            assert op["path"] in ("/metadata/labels", "/metadata/labels/slurmgate.io~1claim")
+            assert list(labels) == [contract.CLAIM_LABEL], op
+            assert re.fullmatch(r"[0-9a-f]{32}", labels[contract.CLAIM_LABEL]), op
         if op["path"].startswith("/spec/tolerations"):
             assert op["value"] in ([contract.TOLERATION], contract.TOLERATION), op
         # compare with the values the patch carries (not dict keys such as the gate's "name"),
