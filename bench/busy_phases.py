@@ -305,7 +305,7 @@ async def whole_lists(rest_url: str, token_file: Path, watched: Watched,
         await client.detect_version()
 
         async def job_list() -> Any:
-            return await client.jobs(None, comment_prefix=COMMENT_PREFIX)
+            return await client.our_jobs(COMMENT_PREFIX)
 
         calls: dict[str, Callable[[], Awaitable[Any]]] = {"jobs": job_list,
                                                            "nodes": client.nodes}

@@ -29,7 +29,7 @@ from slurmgate.slurm import IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmCl
 FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
 SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
 HOOK_IDLE_POLL = 10.0  # nothing in flight, and the hook pushed since the last change it missed
-FULL_EVERY = 300.0  # the whole list, for jobs of ours no Pod names (orphans, lost submits)
+FULL_EVERY = 3600.0  # the whole list, for jobs of ours no Pod names (binder/config.py)
 FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 STALE_PER_TICK = 20  # pending jobs read whole for their reason, at most this many a tick

@@ -280,10 +280,11 @@ class JobTracker:
         reads = 0
         try:
             if plan.full:
-                # the whole list, parsed only for ours (the rest of the site is dropped unread)
-                jobs, _ = await self.slurm.jobs(None, comment_prefix=contract.COMMENT_PREFIX)
-                listed = [j.job_id for j in jobs or []]
-                self._apply(jobs or [], sent)
+                # the whole list, only ours kept as it streams in. It only adds: a job it
+                # misses (an answer cut short) leaves by the id polls, which ask Slurm itself
+                jobs = await self.slurm.our_jobs(contract.COMMENT_PREFIX)
+                listed = [j.job_id for j in jobs]
+                self._apply(jobpoll.merged(known, {j.job_id: j for j in jobs}, set()), sent)
                 self.schedule.read_whole(listed, sent)
                 await self._read_grace()
                 self.schedule.done_full(sent, listed)

@@ -226,6 +226,20 @@ class SlurmClient:
             t = t_before
         return jobs, t
 
+    async def our_jobs(self, comment_prefix: str) -> list[JobInfo]:
+        """The jobs whose comment starts with `comment_prefix`, from Slurm's whole job list
+        (GET /jobs), kept while the answer streams in: the list is the site's (tens of
+        thousands of jobs, hundreds of MB of JSON); only ours are ever held."""
+        base, _ = await self._base()
+
+        def ours(j: Any) -> bool:
+            return isinstance(j, Mapping) and isinstance(c := j.get("comment"), str) \
+                and c.startswith(comment_prefix)
+
+        kept = await self._http.items(f"{base}/jobs", what="list jobs", prefix="jobs.item",
+                                      keep=ours, seconds=max(self._timeout, WHOLE_LIST_TIMEOUT))
+        return [parse_job(j) for j in kept]
+
     async def job(self, job_id: int) -> JobInfo | None:
         base, _ = await self._base()
         try:

@@ -5,16 +5,19 @@ body: slurmrestd answers 200 while ignoring a field it does not know."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import ijson  # type: ignore[import-untyped]
 
 from slurmgate import jsonpool
 from slurmgate.slurm.dialects import body_warnings, error_text
@@ -195,6 +198,37 @@ class Transport:
             "Accept": "application/json",
         }
 
+    @contextlib.asynccontextmanager
+    async def _exchange(self, method: str, path: str, what: str, seconds: float | None,
+                        **kw: Any) -> AsyncIterator[tuple[aiohttp.ClientResponse, _Count]]:
+        """One HTTP exchange: slurmrestd's failures to answer as SlurmErrors, and the metrics
+        (the caller counts the bytes it read in the yielded _Count)."""
+        limit = aiohttp.ClientTimeout(total=seconds) if seconds else self.timeout
+        t0 = time.perf_counter()
+        count = _Count()
+        try:
+            async with self.session().request(
+                method, f"{self.base_url}{path}", timeout=limit, **kw) as resp:
+                count.status = resp.status
+                yield resp, count
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            raise SlurmUnavailable(
+                f"{what}: cannot reach slurmrestd at {self.base_url}: {e}"
+            ) from None
+        except aiohttp.ClientResponseError as e:
+            # slurmrestd 26.05 answers some errors with the body BEFORE the status line:
+            # aiohttp refuses the message but quotes it, Slurm's own words included
+            raise _garbled(what, str(e.message)) from None
+        except TimeoutError:
+            raise SlurmUnavailable(
+                f"{what}: slurmrestd at {self.base_url} did not answer within "
+                f"{limit.total}s"
+            ) from None
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe(method, path, count.status, count.bytes,
+                                     time.perf_counter() - t0)
+
     async def request(
         self,
         method: str,
@@ -216,37 +250,17 @@ class Transport:
         parsed answer in ``.answer`` (a submit may have created a job all the same).
         ``user``: act as this Slurm user for this request only (default: ``self.user``).
         ``seconds``: how long this request may take (default: the client's timeout)."""
-        url = f"{self.base_url}{path}"
-        limit = aiohttp.ClientTimeout(total=seconds) if seconds else self.timeout
-        t0 = time.perf_counter()
-        status_seen: int | None = None
-        raw = b""
-        try:
-            async with self.session().request(
-                method, url, params=params, json=body, headers=self._headers(user),
-                timeout=limit,
-            ) as resp:
-                status = status_seen = resp.status
-                if status == 304 and allow_304:
-                    return status, None
-                raw = await resp.read()
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
-            raise SlurmUnavailable(
-                f"{what}: cannot reach slurmrestd at {self.base_url}: {e}"
-            ) from None
-        except aiohttp.ClientResponseError as e:
-            # slurmrestd 26.05 answers some errors with the body BEFORE the status line:
-            # aiohttp refuses the message but quotes it, Slurm's own words included
-            raise _garbled(what, str(e.message)) from None
-        except TimeoutError:
-            raise SlurmUnavailable(
-                f"{what}: slurmrestd at {self.base_url} did not answer within "
-                f"{limit.total}s"
-            ) from None
-        finally:
-            if self.metrics is not None:
-                self.metrics.observe(method, path, status_seen, len(raw),
-                                     time.perf_counter() - t0)
+        async with self._exchange(method, path, what, seconds, params=params, json=body,
+                                  headers=self._headers(user)) as (resp, count):
+            status = resp.status
+            if status == 304 and allow_304:
+                return status, None
+            raw = await resp.read()
+            count.bytes = len(raw)
+        return status, await self._answer(what, status, raw, body, keep_comment_prefix)
+
+    async def _answer(self, what: str, status: int, raw: bytes, body: Any,
+                      keep_comment_prefix: str | None = None) -> dict[str, Any] | None:
         data: dict[str, Any] | None
         try:
             parsed = await jsonpool.load_async(raw, keep_comment_prefix,
@@ -256,7 +270,37 @@ class Transport:
             data = None
         if status in (401, 403):
             self.token.invalidate()
-        return status, _checked(what, status, raw, data, body)
+        return _checked(what, status, raw, data, body)
+
+    async def items(self, path: str, *, what: str, prefix: str, keep: Callable[[Any], bool],
+                    seconds: float | None = None) -> list[Any]:
+        """GET `path` and parse the answer while it arrives, keeping only the items at
+        `prefix` (ijson's path, e.g. "jobs.item") that `keep` accepts. A site's whole job list
+        is hundreds of MB of JSON at 50,000 jobs: neither its bytes nor its objects are ever
+        held whole (one item at a time, parsed in C). An answer that is no success is read and
+        raised as `request` does."""
+        async with self._exchange("GET", path, what, seconds,
+                                  headers=self._headers()) as (resp, count):
+            if not 200 <= resp.status < 300:
+                raw = await resp.read()
+                count.bytes = len(raw)
+                await self._answer(what, resp.status, raw, None)
+                raise SlurmError(f"{what} failed", resp.status)  # _answer raised already
+            try:
+                kept = [x async for x in ijson.items_async(resp.content, prefix, use_float=True)
+                        if keep(x)]
+            except ijson.JSONError as e:
+                raise SlurmError(f"{what}: slurmrestd sent malformed JSON: {e}",
+                                 resp.status) from None
+            finally:
+                count.bytes = resp.content.total_bytes
+        return kept
+
+
+@dataclass
+class _Count:
+    status: int | None = None
+    bytes: int = 0
 
 
 def _checked(what: str, status: int, raw: bytes, data: dict[str, Any] | None,

@@ -51,11 +51,9 @@ class Slurm:
         self.calls.append(("partitions", 0))
         return [PartitionInfo("k8s", (), True, None, "UP", self.grace)]
 
-    async def jobs(self, since: int | None = None, *,
-                   comment_prefix: str | None = None) -> tuple[list[JobInfo], int]:
+    async def our_jobs(self, comment_prefix: str) -> list[JobInfo]:
         self.calls.append(("list", len(self.site)))
-        return [j for j in self.site.values()
-                if (j.comment or "").startswith(comment_prefix or "")], 1
+        return [j for j in self.site.values() if (j.comment or "").startswith(comment_prefix)]
 
 
 def tracker(slurm: Slurm, named: set[int] | None = None) -> tuple[JobTracker, list[Any]]:
@@ -325,3 +323,22 @@ def test_a_configuring_job_is_polled_for_at_the_fast_rate() -> None:
     known = {1: job(1, "CONFIGURING"), 2: job(2, "RUNNING")}
     assert s.plan(1, known, (), (), 10).ids == {1, 2}
     assert s.plan(1.1, known, (), (), 10).ids == {1}
+
+
+async def test_a_whole_list_only_adds_jobs_the_id_polls_remove_them() -> None:
+    """A whole list cut short (or a job it misses) must not take a Pod's job away: only a
+    look at the id itself says a job left Slurm."""
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, seen = tracker(slurm)
+    await t.poll_once()
+    hidden = slurm.site.pop(1)
+    t.schedule.want_full(0)
+    t.schedule.full_at = float("-inf")
+    seen.clear()
+    await t.poll_once()
+    assert slurm.calls[-2:] == [("list", 0), ("partitions", 0)] and "c1" in t.by_claim
+    assert seen == []
+    slurm.site[1] = hidden
+    t.schedule.idle_at = float("-inf")
+    await t.poll_once()
+    assert "c1" in t.by_claim

@@ -777,3 +777,35 @@ async def test_the_whole_job_list_may_take_longer_than_other_requests(
         assert jobs == []
         with pytest.raises(SlurmUnavailable, match=r"did not answer within 0\.3s"):
             await c.job(1)
+
+
+async def test_our_jobs_are_kept_while_the_whole_list_streams_in(
+        client: tuple[Fake, SlurmClient]) -> None:
+    """The whole list is the site's: only jobs whose comment is ours are ever kept."""
+    fake, c = client
+    use40(fake)
+    ours = {**JOB40_RUNNING, "job_id": 5, "comment": "slurmgate claim=c5 pod=ns/p"}
+    foreign = [{**JOB40_RUNNING, "job_id": 100 + i, "comment": f"someone {i}" * 50}
+               for i in range(20_000)]  # about 30 MB of other people's jobs
+    fake.override["/jobs"] = lambda _: web.json_response(
+        {"meta": META40, "errors": [], "warnings": [], "jobs": [*foreign[:10_000], ours,
+                                                                *foreign[10_000:]]})
+    jobs = await c.our_jobs("slurmgate ")
+    assert [(j.job_id, j.comment) for j in jobs] == [(5, ours["comment"])]
+    assert jobs[0].state == "RUNNING"
+
+
+async def test_a_whole_list_slurm_refuses_or_garbles_is_an_error(
+        client: tuple[Fake, SlurmClient]) -> None:
+    fake, c = client
+    use40(fake)
+    fake.override["/jobs"] = lambda _: web.json_response(
+        {"meta": META40, "warnings": [], "errors": [
+            {"description": "Unable to query jobs", "error_number": 1007,
+             "error": "Protocol authentication error"}]}, status=500)
+    with pytest.raises(SlurmError, match="Unable to query jobs"):
+        await c.our_jobs("slurmgate ")
+    fake.override["/jobs"] = lambda _: web.Response(
+        status=200, content_type="application/json", text='{"jobs": [{"job_id": 1, "comm')
+    with pytest.raises(SlurmError, match="malformed JSON"):
+        await c.our_jobs("slurmgate ")
