@@ -31,6 +31,11 @@ SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
 HOOK_IDLE_POLL = 10.0  # nothing in flight, and the hook pushed since the last change it missed
 FULL_EVERY = 3600.0  # the whole list, for jobs of ours no Pod names (binder/config.py)
 FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
+# ...and never more than this share of the time, measured by how long the last one took: at
+# 50,000 jobs a whole list took 130 s and 122 CPU-s of Slurm (bench.busy, 26.05), so there the
+# next comes 7 hours later, and an asked-for one 22 minutes later
+FULL_SHARE = 0.005
+WANTED_SHARE = 0.1
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 STALE_PER_TICK = 20  # pending jobs read whole for their reason, at most this many a tick
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
@@ -67,6 +72,7 @@ class Schedule:
 
     full_every: float = FULL_EVERY
     full_at: float = float("-inf")  # monotonic time of the last whole list
+    full_took: float = 0.0  # how long it took (s)
     # when a whole list was last asked for (want_full); the first tick reads one
     wanted_at: float | None = float("-inf")
     wanted_until: float = float("-inf")  # ...and whole lists every FULL_MIN_GAP until then
@@ -83,9 +89,10 @@ class Schedule:
              pushed: Iterable[int], idle_every: float,
              grace: Mapping[str, int] | None = None) -> Plan:
         """`grace`: partition -> GraceTime (s) of the partitions that have one."""
-        if now - self.full_at >= self.full_every or (
+        since = now - self.full_at
+        if since >= max(self.full_every, self.full_took / FULL_SHARE) or (
                 (self.wanted_at is not None or now < self.wanted_until)
-                and now - self.full_at >= FULL_MIN_GAP):
+                and since >= max(FULL_MIN_GAP, self.full_took / WANTED_SHARE)):
             return Plan(full=True)
         named_ids = set(named)
         self.gone &= named_ids  # forget ids no Pod names any more
@@ -109,9 +116,11 @@ class Schedule:
                        and now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
         return Plan(ids=ask | preemptible, detail=new | pushed_ids | stale | preemptible)
 
-    def done_full(self, sent: float, listed: Iterable[int]) -> None:
-        """A whole list sent at `sent` was read: a wish for one made after `sent` stays."""
+    def done_full(self, sent: float, listed: Iterable[int], took: float = 0.0) -> None:
+        """A whole list sent at `sent` was read in `took` s: a wish for one made after `sent`
+        stays."""
         self.full_at = sent
+        self.full_took = took
         if self.wanted_at is not None and self.wanted_at <= sent:
             self.wanted_at = None
         self.gone -= set(listed)  # back in Slurm's list (a reused id): ask about it again

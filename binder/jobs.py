@@ -281,13 +281,18 @@ class JobTracker:
         try:
             if plan.full:
                 # the whole list, only ours kept as it streams in. It only adds: a job it
-                # misses (an answer cut short) leaves by the id polls, which ask Slurm itself
+                # misses (an answer cut short) leaves by the id polls, which ask Slurm itself.
+                # It adds only jobs unknown now: on a busy site it takes minutes, and what the
+                # pushes and polls learnt meanwhile is newer
                 jobs = await self.slurm.our_jobs(contract.COMMENT_PREFIX)
                 listed = [j.job_id for j in jobs]
-                self._apply(jobpoll.merged(known, {j.job_id: j for j in jobs}, set()), sent)
+                now_known = {j.job_id: j for j in self.by_claim.values()}
+                self._apply(jobpoll.merged(now_known, {j.job_id: j for j in jobs
+                                                       if j.job_id not in now_known}, set()),
+                            sent)
                 self.schedule.read_whole(listed, sent)
                 await self._read_grace()
-                self.schedule.done_full(sent, listed)
+                self.schedule.done_full(sent, listed, time.monotonic() - sent)
                 self.synced.set()
                 outcome = "full"
             elif plan.ids:

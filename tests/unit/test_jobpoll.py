@@ -342,3 +342,19 @@ async def test_a_whole_list_only_adds_jobs_the_id_polls_remove_them() -> None:
     t.schedule.idle_at = float("-inf")
     await t.poll_once()
     assert "c1" in t.by_claim
+
+
+def test_a_slow_whole_list_paces_the_next_by_what_it_cost() -> None:
+    """At 50,000 jobs a whole list took 130 s of slurmrestd: the next one waits until it is
+    FULL_SHARE of the time, an asked-for one until WANTED_SHARE."""
+    s = Schedule(full_every=3600)
+    s.done_full(0, (), took=130)
+    every = 130 / jobpoll.FULL_SHARE
+    assert every > 3600
+    assert not s.plan(every - 1, {}, (), (), 10).full and s.plan(every, {}, (), (), 10).full
+    s.done_full(0, (), took=130)
+    s.want_full(1)
+    gap = 130 / jobpoll.WANTED_SHARE
+    assert not s.plan(gap - 1, {}, (), (), 10).full and s.plan(gap, {}, (), (), 10).full
+    s.done_full(0, (), took=0.05)  # a small site: as configured
+    assert s.plan(3600, {}, (), (), 10).full
