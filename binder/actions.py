@@ -172,8 +172,11 @@ class Actions:
                            unclaimed: UnclaimedJobs) -> float | None:
         """One job with --nodes=len(members) for a complete gang, members in rank order.
         Returns when to look again if the tenancy policy refuses it now, else None."""
-        if not self.jobs.synced.is_set():
-            return None  # never submit blind: a job of ours may already exist
+        if not self.jobs.listed.is_set():
+            # never submit blind: a job of ours may already exist that no Pod names yet (we
+            # crashed between a submit and the members' annotations); only the whole list,
+            # read once after a start, finds it
+            return None
         ns, group = gkey.split("/", 1)
         try:
             reqs = self._request(members)

@@ -47,7 +47,8 @@ class Controller:
         self.jobs = JobTracker(slurm, self._on_job,
                                comment_of=lambda job_id: self.index.comment_by_job.get(job_id),
                                named=self._named_job_ids,
-                               full_every=self.settings.full_list_interval)
+                               full_every=self.settings.full_list_interval,
+                               ready=lambda: self.pods.synced.is_set())
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
                              label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
         self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,

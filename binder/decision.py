@@ -27,7 +27,7 @@ RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel w
 
 @dataclass(frozen=True)
 class World:
-    slurm_synced: bool  # a full, successful job list has been seen
+    slurm_synced: bool  # a poll has asked Slurm about every job our Pods name
     now: float  # wall clock seconds
     node_for: Mapping[str, NodeRef] = field(default_factory=dict)  # Slurm node -> k8s Node
     vanish_grace: float = 60.0  # how long a fresh job may be missing from Slurm's list

@@ -58,8 +58,8 @@ def poll_delay(in_flight: bool, took: float, hook_ok: bool = False) -> float:
 
 @dataclass
 class Plan:
-    """What one tick asks Slurm: the whole list, or these job ids (of which `detail` are read
-    whole whatever their state)."""
+    """What one tick asks Slurm: these job ids (of which `detail` are read whole whatever their
+    state), and whether to start reading the whole list beside them."""
 
     full: bool = False
     ids: set[int] = field(default_factory=set)
@@ -73,6 +73,7 @@ class Schedule:
     full_every: float = FULL_EVERY
     full_at: float = float("-inf")  # monotonic time of the last whole list
     full_took: float = 0.0  # how long it took (s)
+    listing: bool = False  # a whole list is being read (it runs beside the id polls)
     # when a whole list was last asked for (want_full); the first tick reads one
     wanted_at: float | None = float("-inf")
     wanted_until: float = float("-inf")  # ...and whole lists every FULL_MIN_GAP until then
@@ -90,10 +91,10 @@ class Schedule:
              grace: Mapping[str, int] | None = None) -> Plan:
         """`grace`: partition -> GraceTime (s) of the partitions that have one."""
         since = now - self.full_at
-        if since >= max(self.full_every, self.full_took / FULL_SHARE) or (
-                (self.wanted_at is not None or now < self.wanted_until)
-                and since >= max(FULL_MIN_GAP, self.full_took / WANTED_SHARE)):
-            return Plan(full=True)
+        full = not self.listing and (
+            since >= max(self.full_every, self.full_took / FULL_SHARE)
+            or ((self.wanted_at is not None or now < self.wanted_until)
+                and since >= max(FULL_MIN_GAP, self.full_took / WANTED_SHARE)))
         named_ids = set(named)
         self.gone &= named_ids  # forget ids no Pod names any more
         ids = (set(known) | named_ids) - self.gone
@@ -114,7 +115,8 @@ class Schedule:
         preemptible = {i for i, j in known.items() if j.state == RUNNING and not j.preempted
                        and (g := (grace or {}).get(j.partition))
                        and now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
-        return Plan(ids=ask | preemptible, detail=new | pushed_ids | stale | preemptible)
+        return Plan(full=full, ids=ask | preemptible,
+                    detail=new | pushed_ids | stale | preemptible)
 
     def done_full(self, sent: float, listed: Iterable[int], took: float = 0.0) -> None:
         """A whole list sent at `sent` was read in `took` s: a wish for one made after `sent`
@@ -124,6 +126,13 @@ class Schedule:
         if self.wanted_at is not None and self.wanted_at <= sent:
             self.wanted_at = None
         self.gone -= set(listed)  # back in Slurm's list (a reused id): ask about it again
+
+    def full_failed(self, sent: float, took: float) -> None:
+        """A whole list sent at `sent` failed after `took` s: asked for again, paced as one
+        that took as long."""
+        self.full_at = sent
+        self.full_took = took
+        self.wanted_at = sent
 
     def read_whole(self, ids: Iterable[int], now: float) -> None:
         for i in ids:

@@ -64,7 +64,8 @@ class JobTracker:
     def __init__(self, slurm: SlurmClient, on_change: Callable[[str, JobInfo | None], None],
                  comment_of: Callable[[int], str | None] = lambda _: None,
                  named: Callable[[], Iterable[int]] = tuple,
-                 full_every: float = jobpoll.FULL_EVERY):
+                 full_every: float = jobpoll.FULL_EVERY,
+                 ready: Callable[[], bool] = lambda: True):
         self.slurm = slurm
         # the job ids our Pods' annotations name (some no poll has shown yet)
         self.named = named
@@ -77,7 +78,11 @@ class JobTracker:
         self.comment_of = comment_of
         self.on_change = on_change  # (claim, job or None when it left Slurm's list)
         self.by_claim: dict[str, JobInfo] = {}
+        # set once a poll asked about every job our Pods name (`ready`: our Pods are known)
         self.synced = asyncio.Event()
+        self.ready = ready
+        self.listed = asyncio.Event()  # the first whole list was read
+        self._listing: asyncio.Task[None] | None = None
         self.synced_at = 0.0  # monotonic time of the last successful full answer
         self.healthy = False
         self.seen_running_at: dict[int, float] = {}  # job id -> when we first saw RUNNING
@@ -273,38 +278,31 @@ class JobTracker:
         self._poll_sent_wall = time.time()
         self.hook.check()
         urgent, self._urgent = self._urgent, set()
+        # before the ids: once our Pods are all known, this poll asks about every job they name
+        ready = self.ready()
         known = {j.job_id: j for j in self.by_claim.values()}
         idle_every = jobpoll.HOOK_IDLE_POLL if self.hook.ok else SLOW_POLL
         plan = self.schedule.plan(sent, known, self.named(), {*self._pushed_at, *urgent},
                                   idle_every, self.grace)
         reads = 0
+        if plan.full:
+            self.schedule.listing = True
+            self._listing = asyncio.create_task(self._whole_list(sent))
         try:
-            if plan.full:
-                # the whole list, only ours kept as it streams in. It only adds: a job it
-                # misses (an answer cut short) leaves by the id polls, which ask Slurm itself.
-                # It adds only jobs unknown now: on a busy site it takes minutes, and what the
-                # pushes and polls learnt meanwhile is newer
-                jobs = await self.slurm.our_jobs(contract.COMMENT_PREFIX)
-                listed = [j.job_id for j in jobs]
-                now_known = {j.job_id: j for j in self.by_claim.values()}
-                self._apply(jobpoll.merged(now_known, {j.job_id: j for j in jobs
-                                                       if j.job_id not in now_known}, set()),
-                            sent)
-                self.schedule.read_whole(listed, sent)
-                await self._read_grace()
-                self.schedule.done_full(sent, listed, time.monotonic() - sent)
-                self.synced.set()
-                outcome = "full"
-            elif plan.ids:
+            if plan.ids:
                 fresh, gone, reads = await jobpoll.read(self.slurm, plan, known)
                 foreign = {i for i, j in fresh.items()
                            if contract.claim_from_comment(j.comment) is None}
                 self.schedule.left(gone | foreign)
                 self.schedule.read_whole(fresh, sent)
-                self._apply(jobpoll.merged(known, fresh, gone), sent, complete=False)
+                # onto what we hold now: a push or the whole list may have come meanwhile
+                now_known = {j.job_id: j for j in self.by_claim.values()}
+                self._apply(jobpoll.merged(now_known, fresh, gone), sent, complete=False)
                 outcome = "ids"
             else:
                 outcome = "none"
+            if ready:
+                self.synced.set()
         except BaseException:
             self._urgent |= urgent  # asked again by the next poll
             raise
@@ -316,6 +314,33 @@ class JobTracker:
         # 22.05 reads job by job: keep those reads under READS_PER_SECOND
         return max(poll_delay(self._in_flight(), took, self.hook.ok),
                    reads / jobpoll.READS_PER_SECOND)
+
+    async def _whole_list(self, sent: float) -> None:
+        """Slurm's whole list, beside the id polls: on a busy site it takes minutes (130 s at
+        50,000 jobs). Only ours are kept as it streams in, and it only adds jobs still unknown
+        at its end: a job it misses (an answer cut short) leaves only when a look at its own
+        id says so, and pushes and id polls learnt newer things meanwhile."""
+        try:
+            jobs = await self.slurm.our_jobs(contract.COMMENT_PREFIX)
+            listed = [j.job_id for j in jobs]
+            now_known = {j.job_id: j for j in self.by_claim.values()}
+            self._apply(jobpoll.merged(now_known, {j.job_id: j for j in jobs
+                                                   if j.job_id not in now_known}, set()), sent)
+            self.schedule.read_whole(listed, sent)
+            await self._read_grace()
+            self.schedule.done_full(sent, listed, time.monotonic() - sent)
+            self.listed.set()
+            metrics.SLURM_POLLS.labels("full").inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.schedule.full_failed(sent, time.monotonic() - sent)
+            metrics.SLURM_POLLS.labels("error").inc()
+            log.warning("slurm whole job list failed; asked again later",
+                        extra=kv(error=str(e)))
+        finally:
+            self.schedule.listing = False
+            self._listing = None
 
     async def _read_grace(self) -> None:
         """The partitions' GraceTimes (GET /partitions: its cost follows the site's partitions,
@@ -337,6 +362,13 @@ class JobTracker:
         self.wake()
 
     async def run(self) -> None:
+        try:
+            await self._poll_forever()
+        finally:
+            if self._listing is not None:
+                self._listing.cancel()
+
+    async def _poll_forever(self) -> None:
         while True:
             try:
                 delay = await self.poll_once()

@@ -63,6 +63,14 @@ def tracker(slurm: Slurm, named: set[int] | None = None) -> tuple[JobTracker, li
     return t, seen
 
 
+async def tick(t: JobTracker) -> float:
+    """One poll, and the whole list it may have started beside it, read to its end."""
+    delay = await t.poll_once()
+    if t._listing is not None:
+        await t._listing
+    return delay
+
+
 def foreign(n: int, start: int = 10_000) -> list[JobInfo]:
     return [job(start + k, "PENDING", claim="") for k in range(n)]
 
@@ -71,11 +79,11 @@ def foreign(n: int, start: int = 10_000) -> list[JobInfo]:
 async def test_after_the_first_list_only_our_jobs_are_asked_about(version: str) -> None:
     slurm = Slurm(version, [job(1, "PENDING"), job(2, "RUNNING"), *foreign(3000)])
     t, seen = tracker(slurm)
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls == [("list", 3002), ("partitions", 0)] and t.synced.is_set()
     assert {c for c, _ in seen} == {"c1", "c2"}
     slurm.calls.clear()
-    await t.poll_once()
+    await tick(t)
     asked = [ids for _, ids in slurm.calls]
     assert all(set(ids) <= {1, 2} for ids in asked), slurm.calls  # never a foreign id
     assert not any(kind == "list" for kind, _ in slurm.calls)
@@ -84,29 +92,29 @@ async def test_after_the_first_list_only_our_jobs_are_asked_about(version: str) 
 async def test_a_changed_state_is_read_whole_and_applied() -> None:
     slurm = Slurm("v0.0.42", [job(1, "PENDING", reason="Priority"), *foreign(10)])
     t, seen = tracker(slurm)
-    await t.poll_once()
+    await tick(t)
     slurm.site[1] = job(1, "RUNNING")
     slurm.calls.clear()
     seen.clear()
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls == [("states", [1]), ("whole", [1])]
     assert seen == [("c1", "RUNNING")] and t.by_claim["c1"].nodes == ("n1",)
     slurm.calls.clear()
-    await t.poll_once()  # nothing changed and the job is no longer in flight: nothing read
+    await tick(t)  # nothing changed and the job is no longer in flight: nothing read
     assert ("whole", [1]) not in slurm.calls
 
 
 async def test_a_job_that_left_slurm_leaves_and_is_not_asked_again() -> None:
     slurm = Slurm("v0.0.42", [job(1, "PENDING")])
     t, seen = tracker(slurm, named={1})
-    await t.poll_once()
+    await tick(t)
     del slurm.site[1]
     seen.clear()
-    await t.poll_once()
+    await tick(t)
     assert seen == [("c1", None)] and "c1" not in t.by_claim
     slurm.calls.clear()
     t.schedule.idle_at = float("-inf")  # a tick that asks about every job
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls == []  # the Pod still names it, but Slurm said it is gone
 
 
@@ -114,30 +122,30 @@ async def test_a_job_a_pod_names_is_found_before_any_list_shows_it() -> None:
     slurm = Slurm("v0.0.38", [])
     named: set[int] = set()
     t, _ = tracker(slurm, named)
-    await t.poll_once()  # the first, whole list: empty
+    await tick(t)  # the first, whole list: empty
     slurm.site[7] = job(7, "PENDING")
     named.add(7)  # the webhook submitted it; its Pod arrived
-    await t.poll_once()
+    await tick(t)
     assert t.by_claim["c7"].job_id == 7 and slurm.calls[-1] == ("whole", [7])
 
 
 async def test_a_foreign_job_a_pod_names_is_read_once() -> None:
     slurm = Slurm("v0.0.42", [job(9, "RUNNING", claim="")])
     t, _ = tracker(slurm, named={9})  # a user wrote someone else's job id on a Pod
-    await t.poll_once()
-    await t.poll_once()
+    await tick(t)
+    await tick(t)
     slurm.calls.clear()
     for _ in range(3):
         t.schedule.idle_at = float("-inf")
-        await t.poll_once()
+        await tick(t)
     assert slurm.calls == [] and t.by_claim == {}
 
 
 async def test_22_05_reads_each_job_and_spaces_the_reads() -> None:
     slurm = Slurm("v0.0.38", [job(i, "PENDING") for i in range(1, 201)])
     t, _ = tracker(slurm)
-    await t.poll_once()
-    delay = await t.poll_once()
+    await tick(t)
+    delay = await tick(t)
     assert slurm.calls[-1] == ("whole", list(range(1, 201)))
     assert delay >= 200 / jobpoll.READS_PER_SECOND
 
@@ -145,13 +153,13 @@ async def test_22_05_reads_each_job_and_spaces_the_reads() -> None:
 async def test_a_pushed_end_is_read_at_the_next_poll_even_when_idle() -> None:
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, seen = tracker(slurm)
-    await t.poll_once()
-    await t.poll_once()  # the idle look at every job
+    await tick(t)
+    await tick(t)  # the idle look at every job
     slurm.site[1] = dataclasses.replace(job(1, "COMPLETING"), nodes=("n1",))
     assert t.pushed(1, "ended", ("n1",)) == "polled"
     slurm.calls.clear()
     seen.clear()
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls == [("whole", [1])]  # no state query first: it is read whole anyway
     assert seen == [("c1", "COMPLETING")]
 
@@ -159,18 +167,18 @@ async def test_a_pushed_end_is_read_at_the_next_poll_even_when_idle() -> None:
 async def test_a_failed_poll_keeps_what_a_push_asked_for() -> None:
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, _ = tracker(slurm)
-    await t.poll_once()
-    await t.poll_once()
+    await tick(t)
+    await tick(t)
     t.pushed(1, "ended", ("n1",))
 
     async def down(ids: Iterable[int]) -> dict[int, Any]:
         raise ConnectionError("slurmrestd away")
     slurm.jobs_by_id = down  # type: ignore[method-assign]
     with pytest.raises(ConnectionError):
-        await t.poll_once()
+        await tick(t)
     del slurm.jobs_by_id  # back
     slurm.calls.clear()
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls == [("whole", [1])]
 
 
@@ -178,7 +186,7 @@ async def test_a_preemption_is_noticed_within_a_tenth_of_the_grace_time() -> Non
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     slurm.grace = 30  # Slurm lets a preempted job run 30 s, still RUNNING
     t, seen = tracker(slurm)
-    await t.poll_once()
+    await tick(t)
     assert t.grace == {"k8s": 30}
     slurm.site[1] = job(1, "RUNNING", preempt_time=5)  # same state list, now preempted
     seen.clear()
@@ -189,17 +197,17 @@ async def test_a_preemption_is_noticed_within_a_tenth_of_the_grace_time() -> Non
     plan = t.schedule.plan(3.0, {1: t.by_claim["c1"]}, (), (), 10, t.grace)
     assert plan.detail == {1} and sent
     t.schedule.detail_at[1] = float("-inf")
-    await t.poll_once()
+    await tick(t)
     assert t.by_claim["c1"].preempted and seen == [("c1", "RUNNING")]
 
 
 async def test_without_a_grace_time_running_jobs_are_not_read_whole() -> None:
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, _ = tracker(slurm)
-    await t.poll_once()
+    await tick(t)
     for _ in range(3):
         t.schedule.idle_at = float("-inf")
-        await t.poll_once()
+        await tick(t)
     assert ("whole", [1]) not in slurm.calls and ("states", [1]) in slurm.calls
 
 
@@ -250,8 +258,8 @@ def test_a_burst_of_pending_jobs_spreads_its_reason_reads() -> None:
 async def test_state_queries_are_not_paced_like_22_05_reads() -> None:
     slurm = Slurm("v0.0.42", [job(i, "PENDING") for i in range(1, 501)])
     t, _ = tracker(slurm)
-    await t.poll_once()
-    assert await t.poll_once() < 1.0  # 500 jobs asked in one request: no 10 s wait
+    await tick(t)
+    assert await tick(t) < 1.0  # 500 jobs asked in one request: no 10 s wait
 
 
 def test_in_flight_jobs_are_asked_every_tick_the_others_at_the_idle_rate() -> None:
@@ -308,12 +316,12 @@ async def test_a_start_no_push_announced_marks_the_hook_unhealthy() -> None:
     now = [100.0]
     t.hook.clock = lambda: now[0]
     t.hook.pushed(50, "started")  # the hook told of some other job
-    await t.poll_once()
+    await tick(t)
     slurm.site[1] = job(1, "RUNNING")
-    await t.poll_once()  # a poll sees the start; no push for it
+    await tick(t)  # a poll sees the start; no push for it
     assert t.hook.ok
     now[0] += jobpoll.HOOK_MISS_AFTER
-    await t.poll_once()
+    await tick(t)
     assert not t.hook.ok
 
 
@@ -330,17 +338,17 @@ async def test_a_whole_list_only_adds_jobs_the_id_polls_remove_them() -> None:
     look at the id itself says a job left Slurm."""
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, seen = tracker(slurm)
-    await t.poll_once()
+    await tick(t)
     hidden = slurm.site.pop(1)
     t.schedule.want_full(0)
     t.schedule.full_at = float("-inf")
     seen.clear()
-    await t.poll_once()
+    await tick(t)
     assert slurm.calls[-2:] == [("list", 0), ("partitions", 0)] and "c1" in t.by_claim
     assert seen == []
     slurm.site[1] = hidden
     t.schedule.idle_at = float("-inf")
-    await t.poll_once()
+    await tick(t)
     assert "c1" in t.by_claim
 
 
@@ -358,3 +366,32 @@ def test_a_slow_whole_list_paces_the_next_by_what_it_cost() -> None:
     assert not s.plan(gap - 1, {}, (), (), 10).full and s.plan(gap, {}, (), (), 10).full
     s.done_full(0, (), took=0.05)  # a small site: as configured
     assert s.plan(3600, {}, (), (), 10).full
+
+
+async def test_the_whole_list_runs_beside_the_id_polls_and_sync_waits_for_our_pods() -> None:
+    """At 50,000 jobs the whole list takes minutes: the id polls go on meanwhile, and the
+    binder counts as synced once a poll asked about every job our Pods name."""
+    import asyncio
+    slurm = Slurm("v0.0.42", [job(1, "PENDING"), job(2, "RUNNING", claim="lost")])
+    release = asyncio.Event()
+    whole = slurm.our_jobs
+
+    async def slow(prefix: str) -> list[JobInfo]:
+        await release.wait()
+        return await whole(prefix)
+    slurm.our_jobs = slow  # type: ignore[method-assign]
+    pods_known = [False]
+    seen: list[Any] = []
+    t = JobTracker(slurm, lambda c, j: seen.append((c, j and j.state)),  # type: ignore[arg-type]
+                   named=lambda: {1}, ready=lambda: pods_known[0])
+    await t.poll_once()
+    assert t._listing is not None and not t.synced.is_set()  # our Pods not all known yet
+    pods_known[0] = True
+    slurm.site[1] = job(1, "RUNNING")
+    await t.poll_once()  # the whole list still streams in
+    assert t.synced.is_set() and not t.listed.is_set()
+    assert t.by_claim["c1"].state == "RUNNING"
+    release.set()
+    await t._listing
+    assert t.listed.is_set() and t.by_claim["lost"].job_id == 2  # no Pod names it
+    assert t.by_claim["c1"].state == "RUNNING"

@@ -158,6 +158,7 @@ class FakeJobs:
     def __init__(self) -> None:
         self.synced = asyncio.Event()
         self.synced.set()
+        self.listed = self.synced  # the whole list was read too
 
     def kick(self) -> None:
         pass
