@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +81,30 @@ def slurm_running(ctld_log: Path, offset: int = 0) -> dict[int, float]:
     return slurm_allocations(ctld_log, offset, _RUNNING)
 
 
-def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str, dict[str, Any]]:
-    """Pod name -> the fields of its "pod bound" line (namespace `namespace`)."""
-    out: dict[str, dict[str, Any]] = {}
+def binder_lines(binder_log: Path, msg: str, namespace: str,
+                 offset: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(Pod name, fields) of each binder log line `msg` about a Pod of `namespace`."""
     prefix = f"{namespace}/"
+    needle = json.dumps(msg).encode()
     with binder_log.open("rb") as f:
         f.seek(offset)
         for raw in f:
-            if b'"pod bound"' not in raw:
+            if needle not in raw:
                 continue
             try:
                 doc = json.loads(raw)
             except ValueError:  # stderr shares the file: tracebacks, a line cut by a crash
                 continue
-            if not isinstance(doc, dict) or doc.get("msg") != "pod bound":
+            if not isinstance(doc, dict) or doc.get("msg") != msg:
                 continue
             pod = str(doc.get("pod", ""))
             if pod.startswith(prefix):
-                out[pod[len(prefix):]] = doc
-    return out
+                yield pod[len(prefix):], doc
+
+
+def binder_binds(binder_log: Path, namespace: str, offset: int = 0) -> dict[str, dict[str, Any]]:
+    """Pod name -> the fields of its "pod bound" line (namespace `namespace`)."""
+    return dict(binder_lines(binder_log, "pod bound", namespace, offset))
 
 
 def attribute(allocated: dict[int, float], binds: dict[str, dict[str, Any]],

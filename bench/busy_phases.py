@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -121,18 +120,8 @@ async def clear(env: Env, ns: str, job_ids: set[int]) -> None:
 def evictions(binder_log: Path, ns: str, offset: int) -> dict[str, float]:
     """Pod name -> wall time of the binder's "pod evicted" line for it (namespace ns)."""
     out: dict[str, float] = {}
-    with binder_log.open("rb") as f:
-        f.seek(offset)
-        for raw in f:
-            if b'"pod evicted"' not in raw:
-                continue
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                continue
-            pod = str(doc.get("pod", "")) if isinstance(doc, dict) else ""
-            if doc.get("msg") == "pod evicted" and pod.startswith(f"{ns}/"):
-                out.setdefault(pod[len(ns) + 1:], float(doc.get("ts", 0.0)))
+    for pod, doc in attribution.binder_lines(binder_log, "pod evicted", ns, offset):
+        out.setdefault(pod, float(doc.get("ts", 0.0)))
     return out
 
 

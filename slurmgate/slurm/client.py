@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -240,18 +240,25 @@ class SlurmClient:
                                       keep=ours, seconds=max(self._timeout, WHOLE_LIST_TIMEOUT))
         return [parse_job(j) for j in kept]
 
-    async def job(self, job_id: int) -> JobInfo | None:
-        base, _ = await self._base()
+    async def _record(self, path: str, what: str,
+                      gone: Callable[[SlurmError], bool]) -> dict[str, Any] | None:
+        """GET one record's answer; None where Slurm says it has no such thing (`gone`)."""
         try:
-            _, data = await self._request("GET", f"{base}/job/{int(job_id)}", what=f"job {job_id}")
+            _, data = await self._request("GET", path, what=what)
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            # Slurm's own "Invalid job id" only (404 on 24.11+, 500 on 22.05): a bare 404 (a
-            # proxy, a wrong path) must not read as "the job is gone", or Pods would be evicted
-            if _ERRNO_INVALID_JOB_ID in e.errnos:
+            if gone(e):
                 return None
             raise
+        return data or {}
+
+    async def job(self, job_id: int) -> JobInfo | None:
+        base, _ = await self._base()
+        # Slurm's own "Invalid job id" only (404 on 24.11+, 500 on 22.05): a bare 404 (a
+        # proxy, a wrong path) must not read as "the job is gone", or Pods would be evicted
+        data = await self._record(f"{base}/job/{int(job_id)}", f"job {job_id}",
+                                  lambda e: _ERRNO_INVALID_JOB_ID in e.errnos)
         for j in (data or {}).get("jobs") or []:
             if isinstance(j, Mapping) and num(j.get("job_id")) == int(job_id):
                 return parse_job(j)
@@ -335,15 +342,9 @@ class SlurmClient:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
             raise ValueError(f"bad node name {name!r}")
         base, _ = await self._base()
-        try:
-            _, data = await self._request("GET", f"{base}/node/{name}", what=f"node {name}")
-        except SlurmUnavailable:
-            raise
-        except SlurmError as e:
-            # 24.11 answers an unknown name 200 with an error "Failure to query node <name>"
-            if any(f"query node {name}" in m for m in e.errors):
-                return None
-            raise
+        # 24.11 answers an unknown name 200 with an error "Failure to query node <name>"
+        data = await self._record(f"{base}/node/{name}", f"node {name}",
+                                  lambda e: any(f"query node {name}" in m for m in e.errors))
         found = [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
         return next((n for n in found if n.name == name), None)
 
