@@ -45,7 +45,7 @@ async def run(cfg: WebhookConfig) -> None:
     policy = PolicySource(kube, cfg.tenancy_configmap,
                           on_state=metrics.TENANCY.on_state,
                           on_error=metrics.TENANCY.on_error)
-    orphans = OrphanWatch(kube, slurm.cancel)
+    orphans = OrphanWatch(kube, slurm.cancel, slurm.job)
     admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube),
                         policy.current, on_submitted=orphans.admitted)
 

@@ -4,7 +4,8 @@ existed. The webhook cancels such a job itself, a little after admission, by ask
 server for the Pod by the claim label it wrote. Otherwise only the binder's read of Slurm's whole
 job list would find it, and that is the one read whose cost grows with the site's jobs, so the
 binder makes it rarely (BINDER_FULL_LIST_INTERVAL). Cost: one Pod list per admitted Pod
-(label-selected, at most one item), none to Slurm unless a Pod is really missing.
+(label-selected, at most one item); to Slurm, only for a Pod really missing, one read of the job
+(it must still carry the claim: a controller that lost its state reuses ids) and its cancel.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import aiohttp
 from slurmgate import contract
 from slurmgate.kube import KubeClient, KubeError
 from slurmgate.logs import kv
-from slurmgate.slurm import SlurmError
+from slurmgate.slurm import JobInfo, SlurmError
 from slurmgate.webhook import metrics
 
 log = logging.getLogger("slurmgate.webhook.orphans")
@@ -46,9 +47,11 @@ class Admitted:
 
 class OrphanWatch:
     def __init__(self, kube: KubeClient, cancel: Callable[[int], Awaitable[None]],
+                 job: Callable[[int], Awaitable[JobInfo | None]],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.cancel = cancel
+        self.job = job  # the job's record: it must still carry the claim
         self.clock = clock
         self._pending: dict[str, Admitted] = {}  # claim -> admission, oldest first
 
@@ -72,7 +75,7 @@ class OrphanWatch:
                 pods, _ = await self.kube.list(
                     f"/api/v1/namespaces/{a.namespace}/pods",
                     labelSelector=f"{contract.CLAIM_LABEL}={a.claim}")
-                if not pods:
+                if not pods and await self._still_ours(a):
                     await self.cancel(a.job_id)
                     cancelled += 1
                     metrics.ORPHANS_CANCELLED.inc()
@@ -85,6 +88,14 @@ class OrphanWatch:
                     continue
             self._pending.pop(a.claim, None)
         return cancelled
+
+    async def _still_ours(self, a: Admitted) -> bool:
+        """The job still carries the claim and still holds or waits for a node: a controller
+        that lost its state hands the same id to another job (e2e: test_slurmctld_lost_its_state
+        saw the next Pod's job cancelled by id alone)."""
+        job = await self.job(a.job_id)
+        return (job is not None and job.active
+                and contract.claim_from_comment(job.comment) == a.claim)
 
     async def run(self) -> None:
         while True:

@@ -11,7 +11,7 @@ import jsonpatch
 
 from slurmgate import contract
 from slurmgate.kube import KubeError
-from slurmgate.slurm import SlurmUnavailable
+from slurmgate.slurm import JobInfo, SlurmUnavailable
 from slurmgate.webhook import metrics
 from slurmgate.webhook.admission import Admitter, Settings
 from slurmgate.webhook.orphans import GIVE_UP_AFTER, SETTLE, OrphanWatch
@@ -33,17 +33,31 @@ class Kube:
         return [{"metadata": {"name": "p"}} for c in self.pods.get(ns, []) if c == claim], "1"
 
 
+JOBS: dict[int, JobInfo] = {}  # what Slurm holds: job id -> its record
+
+
+def slurm_job(i: int, claim: str, state: str = "PENDING") -> JobInfo:
+    return JobInfo(job_id=i, name="x", state=state, reason="None", nodes=(),
+                   comment=contract.job_comment(claim, "ns", "p"), partition="k8s",
+                   submit_time=1, start_time=0, end_time=0)
+
+
 def watch() -> tuple[OrphanWatch, Kube, list[int], list[float]]:
     kube, cancelled, now = Kube(), [], [1000.0]
 
     async def cancel(job_id: int) -> None:
         cancelled.append(job_id)
-    return OrphanWatch(kube, cancel, clock=lambda: now[0]), kube, cancelled, now  # type: ignore[arg-type]
+
+    async def job(job_id: int) -> JobInfo | None:
+        return JOBS.get(job_id)
+    return (OrphanWatch(kube, cancel, job, clock=lambda: now[0]),  # type: ignore[arg-type]
+            kube, cancelled, now)
 
 
 async def test_a_pod_never_stored_has_its_job_cancelled_after_the_settle_time() -> None:
     w, kube, cancelled, now = watch()
     kube.pods["ns"] = ["stored"]
+    JOBS.update({7: slurm_job(7, "stored"), 8: slurm_job(8, "refused")})
     w.admitted("ns", "stored", 7)
     w.admitted("ns", "refused", 8)  # a ResourceQuota said no after our submit
     before = metrics.ORPHANS_CANCELLED._value.get()
@@ -77,6 +91,7 @@ async def test_a_cancel_slurm_did_not_answer_is_retried() -> None:
             raise SlurmUnavailable("slurmrestd away")
         cancelled.append(job_id)
     w.cancel = cancel
+    JOBS[10] = slurm_job(10, "c")
     w.admitted("ns", "c", 10)
     now[0] += SETTLE
     await w.check_once()
@@ -97,3 +112,16 @@ async def test_admission_labels_the_pod_with_its_claim_and_reports_the_job() -> 
     assert new["metadata"]["labels"][contract.CLAIM_LABEL] == claim
     assert new["metadata"]["labels"][contract.MARK_LABEL] == contract.MARK_VALUE  # kept
     assert seen == [(new["metadata"].get("namespace", "default"), claim, 101)]
+
+
+async def test_an_id_slurm_gave_to_another_job_is_never_cancelled() -> None:
+    """A controller that lost its state reuses ids: the Pod of claim a is gone, and its id
+    now belongs to the next Pod's job (claim b). Only a job that still carries the claim is
+    cancelled, and only while it is live."""
+    w, _, cancelled, now = watch()
+    w.admitted("ns", "a", 69)
+    JOBS[69] = slurm_job(69, "b")
+    w.admitted("ns", "gone", 70)
+    JOBS[70] = slurm_job(70, "gone", state="CANCELLED")
+    now[0] += SETTLE
+    assert await w.check_once() == 0 and cancelled == [] and len(w) == 0
