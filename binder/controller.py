@@ -32,6 +32,8 @@ from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
 log = logging.getLogger("slurmgate.binder")
 
 STUCK_AFTER = 30.0
+# how long whole lists are asked for after a Pod whose admission submit got no answer
+UNANSWERED_SUBMIT_WATCH = 60.0
 ANNOUNCED_MAX = 100_000
 
 
@@ -77,6 +79,12 @@ class Controller:
             self.queue.add(req)
 
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if any(p is not None and ann(p).get(contract.A_JOB_STATE)
+               == contract.JOB_STATE_SUBMIT_PENDING for p in (old, new)):
+            # the webhook's submit got no answer (fail-open): slurmrestd may still make that
+            # job once slurmctld is back, beside the one we submit; only the whole list
+            # finds it (e2e test_slurmctld_killed_fail_open)
+            self.jobs.want_full(UNANSWERED_SUBMIT_WATCH)
         if new is not None and is_gated(new):
             self.jobs.kick()
             if ann(new).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING:

@@ -127,11 +127,10 @@ class Schedule:
             self.wanted_at = None
         self.gone -= set(listed)  # back in Slurm's list (a reused id): ask about it again
 
-    def full_failed(self, sent: float, took: float) -> None:
-        """A whole list sent at `sent` failed after `took` s: asked for again, paced as one
-        that took as long."""
+    def full_failed(self, sent: float) -> None:
+        """A whole list sent at `sent` failed: asked for again, paced by the last one that
+        was read (a failure's length says how long Slurm was away, not what a list costs)."""
         self.full_at = sent
-        self.full_took = took
         self.wanted_at = sent
 
     def read_whole(self, ids: Iterable[int], now: float) -> None:

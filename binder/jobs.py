@@ -334,7 +334,7 @@ class JobTracker:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            self.schedule.full_failed(sent, time.monotonic() - sent)
+            self.schedule.full_failed(sent)
             metrics.SLURM_POLLS.labels("error").inc()
             log.warning("slurm whole job list failed; asked again later",
                         extra=kv(error=str(e)))

@@ -395,3 +395,12 @@ async def test_the_whole_list_runs_beside_the_id_polls_and_sync_waits_for_our_po
     await t._listing
     assert t.listed.is_set() and t.by_claim["lost"].job_id == 2  # no Pod names it
     assert t.by_claim["c1"].state == "RUNNING"
+
+
+def test_a_failed_whole_list_is_paced_by_the_last_that_was_read() -> None:
+    """A list that failed because slurmctld was away says nothing of what a list costs: the
+    next is asked for at the usual gap, not at ten times the outage."""
+    s = Schedule(full_every=3600)
+    s.done_full(0, (), took=0.05)
+    s.full_failed(100)  # it hung for as long as slurmctld was away
+    assert s.plan(100 + jobpoll.FULL_MIN_GAP, {}, (), (), 10).full
