@@ -75,12 +75,15 @@ class OrphanWatch:
                 pods, _ = await self.kube.list(
                     f"/api/v1/namespaces/{a.namespace}/pods",
                     labelSelector=f"{contract.CLAIM_LABEL}={a.claim}")
-                if not pods and await self._still_ours(a):
-                    await self.cancel(a.job_id)
-                    cancelled += 1
-                    metrics.ORPHANS_CANCELLED.inc()
-                    log.info("admitted Pod never stored; its job cancelled",
-                             extra=kv(namespace=a.namespace, claim=a.claim, job=a.job_id))
+                if not pods:
+                    # the binder may have cancelled it already (it too sweeps orphans)
+                    live = await self._still_ours(a)
+                    if live:
+                        await self.cancel(a.job_id)
+                        cancelled += 1
+                        metrics.ORPHANS_CANCELLED.inc()
+                    log.info("admitted Pod never stored", extra=kv(
+                        namespace=a.namespace, claim=a.claim, job=a.job_id, cancelled=live))
             except (KubeError, SlurmError, OSError, aiohttp.ClientError, TimeoutError) as e:
                 if now - a.at < GIVE_UP_AFTER:
                     log.warning("orphan check failed; will retry",
