@@ -238,18 +238,8 @@ class JobTracker:
         answered = time.time()
         changed = 0
         for claim, j in fresh.items():
-            if j.state == RUNNING and self._ran_for.setdefault(j.job_id, claim) != claim:
-                self._ran_for[j.job_id] = claim  # the id was reused: a new start
-                self.seen_running_at.pop(j.job_id, None)
-                self.noticed_wall.pop(j.job_id, None)
-            if j.state == RUNNING and j.job_id not in self.seen_running_at:
-                self.seen_running_at[j.job_id] = now
-                self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
-                self.hook.saw(j.job_id, "started")  # a push before this poll set it already
             p = old.get(claim)
-            if p is not None and p.job_id == j.job_id and p.state == RUNNING and (
-                    j.state in ENDING_STATES or j.state in WAITING_STATES - {"SUSPENDED"}):
-                self.hook.saw(j.job_id, "ended")  # EpilogSlurmctld runs for requeues too
+            self._note_start_and_end(claim, j, p, now, answered)
             if p is None or p.job_id != j.job_id or _fingerprint(p) != _fingerprint(j):
                 changed += 1
                 self.on_change(claim, j)
@@ -264,6 +254,22 @@ class JobTracker:
         if changed:
             self.busy_until = now + 5.0
         metrics.JOB_CHANGES.inc(changed)
+
+    def _note_start_and_end(self, claim: str, j: JobInfo, p: JobInfo | None, now: float,
+                            answered: float) -> None:
+        """When a poll first saw the job RUNNING (for the bind log), and the starts and ends a
+        poll saw, for the hook's health."""
+        if j.state == RUNNING and self._ran_for.setdefault(j.job_id, claim) != claim:
+            self._ran_for[j.job_id] = claim  # the id was reused: a new start
+            self.seen_running_at.pop(j.job_id, None)
+            self.noticed_wall.pop(j.job_id, None)
+        if j.state == RUNNING and j.job_id not in self.seen_running_at:
+            self.seen_running_at[j.job_id] = now
+            self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
+            self.hook.saw(j.job_id, "started")  # a push before this poll set it already
+        if p is not None and p.job_id == j.job_id and p.state == RUNNING and (
+                j.state in ENDING_STATES or j.state in WAITING_STATES - {"SUSPENDED"}):
+            self.hook.saw(j.job_id, "ended")  # EpilogSlurmctld runs for requeues too
 
     def _in_flight(self) -> bool:
         return time.monotonic() < self.busy_until or any(
