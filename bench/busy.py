@@ -28,6 +28,9 @@ the background grows from one to the next), side by side in one run:
               method and endpoint (its slurmgate_{binder,webhook}_slurmrestd_* metrics), its own
               CPU/RSS, and Slurm's CPU minus the stopped window's: what it costs the site (and,
               in a second verdict, that plus both whole lists amortized)
+  bound       --nodes marked Pods, all bound (nothing of ours in flight), hook on: a window
+              with them in k8s (GraceTime 20 s: each running job of ours is read whole every
+              tenth of it, as preemption shows nowhere else) and one with them in hpc (none)
   latency     --pods K marked Pods, hook off then on, in rounds of one per node, each created
               alone: admission, create -> bound, Slurm RUNNING -> noticed -> bound (slurmctld's
               log, the binder's bind log); half of each round's jobs then ended by Slurm (a

@@ -26,13 +26,13 @@ from bench.busy_cost import (
 )
 from bench.harness import Env
 from bench.observers import PodWatch
-from bench.stats import lat, log, spread
+from bench.stats import binned_lat, lat, log, spread
 from slurmgate import jsonpool
 from slurmgate.config import SlurmSettings
-from slurmgate.contract import COMMENT_PREFIX
+from slurmgate.contract import A_PARTITION, COMMENT_PREFIX
 from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
 from slurmgate.slurm.models import ENDED_STATES
-from slurmgate.slurm.restmetrics import RestMetrics
+from slurmgate.slurm.restmetrics import LAT_BUCKETS, RestMetrics
 
 COMPONENTS = ("binder", "webhook")
 FLOOR_PARTITION = "k8s"
@@ -225,18 +225,24 @@ async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
         cancel.append(time.perf_counter() - t0)
     await wait_ours_idle(env, set(ids))
     sub, run = attribution.slurm_submits(ctld_log, at), attribution.slurm_running(ctld_log, at)
+    # also at the resolution of slurmgate's own figures (a histogram): like with like
     return {"submit": lat(submit), "cancel": lat(cancel),
+            "submit_binned": binned_lat(submit, LAT_BUCKETS),
+            "cancel_binned": binned_lat(cancel, LAT_BUCKETS),
             "submit_to_running": lat([run[j] - sub[j] for j in ids if j in sub and j in run])}
 
 
 async def pods_in_flight(env: Env, watched: Watched, ns_name: str, pods: int, nodes: int,
-                         seconds: float) -> dict[str, Any]:
+                         seconds: float, partition: str | None = None) -> dict[str, Any]:
     """`pods` marked Pods at once (as many bound as there are nodes, the rest gated behind
-    them), then a cost window; the binder cancels every job once they are deleted."""
+    them), in `partition` (None: Slurm's default, k8s), then a cost window; the binder
+    cancels every job once they are deleted. With `pods` = `nodes` nothing of ours is in
+    flight during the window: it is the idle cost of bound Pods."""
     ns = await env.namespace(ns_name)
     w = PodWatch(env.kube, ns)
     await w.start()
-    made = await env.create_pods(ns, [f"f{i}" for i in range(pods)], True, ns_name, pods)
+    ann = {A_PARTITION: partition} if partition else None
+    made = await env.create_pods(ns, [f"f{i}" for i in range(pods)], True, ns_name, pods, ann)
     want = min(pods, nodes)
     for _ in range(600):  # 120 s
         if len(w.bound_at) >= want:

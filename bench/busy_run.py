@@ -27,7 +27,7 @@ from bench.busy_phases import (
     whole_lists,
     window,
 )
-from bench.busy_report import release_table, targets
+from bench.busy_report import CALM, release_table, targets
 from bench.harness import Env
 from bench.observers import ProcSampler
 from bench.report import code_fingerprint
@@ -40,6 +40,8 @@ from cluster.slurm_conf import SiteLayout
 from slurmgate.slurm import dialects
 
 SITE_PARTITION = "site"
+GRACE_PARTITION = "k8s"  # the local cluster's default: GraceTime 20 s
+PLAIN_PARTITION = "hpc"  # no GraceTime
 MIN_JOB_AGE = 30
 # after slurmgate starts (its first full list, the informers' lists) / after churn starts
 SETTLE_START_S = 10.0
@@ -104,6 +106,13 @@ async def running_phases(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge,
     try:
         log(f"N={n}: idle window, hook on")
         seg["idle"] = await window(env, ours, a.window, running=True)
+        # bound Pods are not in flight: their idle cost, in a partition with a GraceTime
+        # (whose preemption only a whole read of each job shows) and in one without
+        for key, part in (("idle_bound", GRACE_PARTITION),
+                          ("idle_bound_nograce", PLAIN_PARTITION)):
+            log(f"N={n}: {a.nodes} Pods bound in {part}, idle window, hook on")
+            seg[key] = await pods_in_flight(env, ours, f"busy-{n}-{key.replace('_', '-')}",
+                                            a.nodes, a.nodes, a.window, part)
         hook(lc, False)
         await asyncio.sleep(2.0)
         log(f"N={n}: idle window, hook off")
@@ -112,7 +121,14 @@ async def running_phases(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge,
         seg["latency_nohook"] = await latency(env, f"busy-{n}-nohook", a.pods, a.nodes)
         hook(lc, True)
         log(f"N={n}: latency, hook on")
+        ma, ta = await scrape(env), time.monotonic()
         seg["latency_hook"] = await latency(env, f"busy-{n}-hook", a.pods, a.nodes)
+        mb = await scrape(env)
+        # Pods made one at a time, as the direct floor's jobs are: slurmgate's submits and
+        # cancels compared like with like
+        seg["calls_one_by_one"] = {c: rest_by_endpoint(ma.get(c, []), mb.get(c, []), c,
+                                                       time.monotonic() - ta)
+                                   for c in ("binder", "webhook")}
         log(f"N={n}: floors (kube-scheduler, Slurm)")
         seg["unmarked"] = await kube_floor(env, f"busy-{n}-unmarked", a.pods)
         seg["floor"] = await slurm_floor(env, a.pods)
@@ -158,7 +174,7 @@ async def segment(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge, load: For
         seg["load_errors"] = {"errors": load.counts.errors,
                               "samples": load.counts.error_samples}
     seg["cost"] = {k: site_cost(seg["stopped"]["cpu_pct"], seg[k]["cpu_pct"])
-                   for k in ("idle", "idle_nohook", "pods") if k in seg}
+                   for k in CALM if k in seg}
 
 
 async def measure(a: argparse.Namespace, lc: local_mod.Local, b: bridge_mod.Bridge,

@@ -24,7 +24,8 @@ from slurmgate.slurm import PENDING, RUNNING, JobSpec, SlurmClient
 BENCH_LABEL = "slurmgate-bench"
 
 
-def pod_manifest(name: str, marked: bool, run: str) -> dict[str, Any]:
+def pod_manifest(name: str, marked: bool, run: str,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
     labels = {BENCH_LABEL: run}
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 1,
@@ -35,8 +36,10 @@ def pod_manifest(name: str, marked: bool, run: str) -> dict[str, Any]:
     else:
         # the kube-scheduler floor: every kwok Node is a (tainted) Slurm Node
         spec["tolerations"] = [contract.TOLERATION]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels}, "spec": spec}
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 @dataclass
@@ -123,7 +126,8 @@ class Env:
 
     # --- creation
     async def create_pods(self, ns: str, names: list[str], marked: bool, run: str,
-                          concurrency: int) -> list[Created]:
+                          concurrency: int, annotations: dict[str, str] | None = None
+                          ) -> list[Created]:
         out: list[Created] = []
         it = iter(names)
 
@@ -131,7 +135,8 @@ class Env:
             for name in it:
                 t0 = time.monotonic()
                 try:
-                    pod = await self.kube.create(pod_path(ns), pod_manifest(name, marked, run))
+                    pod = await self.kube.create(pod_path(ns), pod_manifest(name, marked, run,
+                                                                        annotations))
                 except Exception as e:
                     out.append(Created(name, t0, time.monotonic(), False, error=str(e)[:200]))
                     continue

@@ -28,6 +28,13 @@ def lat(values: list[float]) -> dict[str, float]:
             "p99_ms": ms(s["p99"]), "max_ms": ms(s["max"])}
 
 
+def binned_lat(values: list[float], buckets: tuple[float, ...]) -> dict[str, float]:
+    """`values` read as a Prometheus histogram with these buckets would be: a figure timed
+    directly, at the resolution of the metric it is compared with (hist_lat)."""
+    h = {le: float(sum(v <= le for v in values)) for le in (*buckets, math.inf)}
+    return hist_lat(h)
+
+
 def hist_lat(h: dict[float, float]) -> dict[str, float]:
     return {"n": util.hist_count(h), "p50_ms": ms(util.hist_quantile(h, 0.50)),
             "p95_ms": ms(util.hist_quantile(h, 0.95)),

@@ -178,11 +178,15 @@ class JobTracker:
         self._early[job_id] = (nodes, now)
 
     def pod_seen(self, job_id: int) -> None:
-        """A Pod with this job id appeared: apply a start pushed before it did."""
+        """A Pod with this job id appeared: apply a start pushed before it did; else, when
+        the job is new to us, ask about it now. Without the hook a job that starts at once
+        would otherwise wait for the idle poll (up to HOOK_IDLE_POLL)."""
         early = self._early.pop(job_id, None)
         if early is not None and time.monotonic() - early[1] < EARLY_KEEP:
             metrics.SLURM_PUSHES.labels("started", "applied_late").inc()
             self.pushed(job_id, "started", early[0])
+        elif job_id not in self._claim_of:
+            self.wake()
 
     def _keep_pushed(self, polled: JobInfo, sent: float) -> bool:
         """Whether a pushed start outranks this poll's view of the job. A poll sent before the

@@ -93,6 +93,18 @@ def test_a_start_pushed_before_its_pod_was_seen_waits_for_the_pod() -> None:
     assert t.by_claim["c9"].state == "RUNNING"
 
 
+def test_a_pod_naming_a_new_job_wakes_the_poller_once() -> None:
+    """Without the hook, a job that starts at once is seen by the next poll: the poller is
+    woken for it instead of sleeping out its idle delay. A job it already holds wakes nothing."""
+    t, _ = tracker()
+    t.pod_seen(7)
+    assert t._wake.is_set()
+    t._wake.clear()
+    t._apply([job(7, "RUNNING", ("n1",))], sent=time.monotonic())
+    t.pod_seen(7)
+    assert not t._wake.is_set()
+
+
 def test_pushes_that_may_not_change_anything() -> None:
     t, seen = tracker()
     t._apply([job(5, "PENDING"), job(6, "RUNNING", ("n2",), claim="d")],
