@@ -289,11 +289,12 @@ def seg(n: int, restd: float, p99_s: float, rb: list[float], rss: float) -> dict
     s: dict[str, Any] = {"n": n, "background": {"standing": n, "array_tasks": n // 10 * 10},
                          "churn": {"changes_per_s": 5.0 if n else 0}, "stopped": stopped,
                          "rss_peak_mib": {"binder": rss, "webhook": 60.0}}
-    for k, jobs in (("idle", 6), ("idle_nohook", 60), ("pods", 600)):
+    for k, jobs in (("idle", 6), ("idle_nohook", 60), ("idle_bound", 48),
+                    ("idle_bound_nograce", 5), ("pods", 600)):
         s[k] = window(jobs, p99_s, {"slurmctld": 0.6, "slurmrestd": 0.6 + restd,
                                     "binder": 1.2})
     s["cost"] = {k: busy_cost.site_cost(stopped["cpu_pct"], s[k]["cpu_pct"])
-                 for k in ("idle", "idle_nohook", "pods")}
+                 for k in busy_report.CALM}
     s["latency_hook"] = {"running_to_bound": lat(rb), "admission": lat([0.01, 0.02])}
     s["floor"] = {"submit": lat([0.004, 0.005]), "cancel": lat([0.008, 0.01]),
                   "submit_binned": binned_lat([0.004, 0.005], LAT_BUCKETS),
@@ -354,9 +355,9 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     assert lines[0] == "### Slurm 26.05 (REST v0.0.45)"
     assert "|  | N = 0 | N = 2,000 |" in lines
     row = next(x for x in lines if x.startswith("| slurmgate -> slurmrestd requests/min"))
-    assert row.endswith("| 6 / 60 / 600 | 6 / 60 / 600 |")
+    assert row.endswith("| 6 / 60 / 48 / 5 / 600 | 6 / 60 / 48 / 5 / 600 |")
     added = next(x for x in lines if x.startswith("| **added by slurmgate**"))
-    assert added.endswith("| 0.5 / 0.5 / 0.5 | 5 / 5 / 5 |")
+    assert added.endswith("| 0.5 / 0.5 / 0.5 / 0.5 / 0.5 | 5 / 5 / 5 / 5 / 5 |")
     jl = next(x for x in lines if x.startswith("| binder's whole job list"))
     assert jl.endswith("| whole list: 1,200 ms, 40 MB, 8.88 CPU-s of Slurm; amortized at the "
                        "300 s interval: 2.96 % of a core |")
@@ -367,20 +368,22 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     assert both_row.endswith("| 5; 7.96 |")
     # by "component METHOD endpoint": the histogram's p99, interpolated in its bucket
     # (Prometheus' histogram_quantile); the method's latency over the whole running phase
-    assert "| binder GET jobs | 6 / 60 / 600; 10.0 KiB/s; - | " \
-        "6 / 60 / 600; 10.0 KiB/s; - |" in lines
-    assert "| binder DELETE job/{id} | - / - / -; -; 7.5 / 10 | - / - / -; -; 7.5 / 10 |" \
-        in lines
-    assert "| binder GET job/{id} | - / - / -; -; 35 / 49.7 | - / - / -; -; 35 / 49.7 |" \
-        in lines
+    assert "| binder GET jobs | 6 / 60 / 48 / 5 / 600; 10.0 KiB/s; - | " \
+        "6 / 60 / 48 / 5 / 600; 10.0 KiB/s; - |" in lines
+    # 9 ms twice in the 7.5-10 ms bucket: p50 7.5 + 2.5 / 2, p99 7.5 + 2.5 * 0.99
+    assert "| binder DELETE job/{id} | - / - / - / - / -; -; 8.8 / 10 | " \
+        "- / - / - / - / -; -; 8.8 / 10 |" in lines
+    # 40 ms, 8 times, in the 30-40 ms bucket
+    assert "| binder GET job/{id} | - / - / - / - / -; -; 35 / 39.9 | " \
+        "- / - / - / - / -; -; 35 / 39.9 |" in lines
     by_endpoint = lines[lines.index("| endpoint | N = 0 | N = 2,000 |") + 2:]
     assert [x.split(" |")[0] for x in by_endpoint if x.startswith("| ")] == [
         "| binder DELETE job/{id}", "| binder GET job/{id}", "| binder GET jobs",
         "| webhook POST job/submit"]
-    assert "| submit p50 / p99 ms: slurmgate POST job/submit; direct (p99 ratio) | " \
-        "5 / 9.9; 4 / 5 (1.98x), n = 2 |" in text
-    assert "| 7.5 / 10; 8 / 10 (1.00x), n = 2 |" in text  # the cancels
-    assert "| single-job read p50 / p99 ms: binder GET job/{id} | 35 / 49.7, n = 8 |" in text
+    assert "| submit p50 / p99 ms, one at a time: slurmgate POST job/submit; direct, same " \
+        "buckets (p99 ratio) | 5 / 7.5; 4 / 5 (1.50x), n = 2 |" in text
+    assert "| 8.8 / 10; 8.8 / 10 (1.00x), n = 2 |" in text  # the cancels
+    assert "| single-job read p50 / p99 ms: binder GET job/{id} | 35 / 39.9, n = 8 |" in text
     assert "added_cpu_idle_pct 5 (<= 2): MISSED" in text
     assert "(the idle window held 6 whole job list(s)" in text
     # every row has a cell per N: no pipe inside a cell
