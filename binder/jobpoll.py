@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from slurmgate.slurm import IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
+from slurmgate.slurm import COMPLETING, IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
 
 FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
 SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
@@ -226,3 +226,20 @@ class HookHealth:
             del self._seen[k]
         if late:
             self.last_miss = now
+
+
+def preferred(a: JobInfo, b: JobInfo) -> bool:
+    """Which of two jobs with one claim speaks for the Pod: a live one over an ended one
+    (an ended one only if it is newer, e.g. after a resubmit), a live one over one that is
+    COMPLETING (the binder killed it and resubmitted: the old job, still older, would otherwise
+    win, its new one be cancelled as a duplicate and the gated Pod evicted for the old one's
+    end), RUNNING over waiting, then the older one (the one Slurm queued first)."""
+    if a.active != b.active:
+        return a.active
+    if not a.active:
+        return a.job_id > b.job_id
+    if (a.state == COMPLETING) != (b.state == COMPLETING):
+        return b.state == COMPLETING
+    if (a.state == RUNNING) != (b.state == RUNNING):
+        return a.state == RUNNING
+    return a.job_id < b.job_id

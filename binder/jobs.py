@@ -22,7 +22,6 @@ from slurmgate.binder.displaced import RecentEnds
 from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
 from slurmgate.slurm import (
-    COMPLETING,
     ENDING_STATES,
     IN_FLIGHT_STATES,
     RUNNING,
@@ -37,23 +36,6 @@ log = logging.getLogger("slurmgate.jobs")
 EARLY_KEEP = 10.0  # a pushed start waits this long for its Pod to reach our watch
 EARLY_MAX = 10_000
 MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
-
-
-def _preferred(a: JobInfo, b: JobInfo) -> bool:
-    """Which of two jobs with one claim speaks for the Pod: a live one over an ended one
-    (an ended one only if it is newer, e.g. after a resubmit), a live one over one that is
-    COMPLETING (the binder killed it and resubmitted: the old job, still older, would otherwise
-    win, its new one be cancelled as a duplicate and the gated Pod evicted for the old one's
-    end), RUNNING over waiting, then the older one (the one Slurm queued first)."""
-    if a.active != b.active:
-        return a.active
-    if not a.active:
-        return a.job_id > b.job_id
-    if (a.state == COMPLETING) != (b.state == COMPLETING):
-        return b.state == COMPLETING
-    if (a.state == RUNNING) != (b.state == RUNNING):
-        return a.state == RUNNING
-    return a.job_id < b.job_id
 
 
 def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
@@ -217,7 +199,7 @@ class JobTracker:
             if prev is None:
                 fresh[claim] = j
                 continue
-            keep, drop = (j, prev) if _preferred(j, prev) else (prev, j)
+            keep, drop = (j, prev) if jobpoll.preferred(j, prev) else (prev, j)
             fresh[claim] = keep
             if drop.active:
                 duplicates.append(drop)
