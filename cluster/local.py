@@ -65,12 +65,17 @@ class Local:
         return "".join(lines)
 
 
+class KubectlError(RuntimeError):
+    """kubectl exited non-zero (the API server refused, or could not be reached). Its own type
+    so that the e2e tests' polls retry it and nothing else (tests/e2e/waiting.py)."""
+
+
 def kubectl(kc: kube.KubeCluster, *args: str, stdin: str | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(["kubectl", f"--kubeconfig={kc.kubeconfig}", *args], input=stdin,
                        text=True, capture_output=True)
     if check and p.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)}: {p.stderr.strip()}")
+        raise KubectlError(f"kubectl {' '.join(args)}: {p.stderr.strip()}")
     return p
 
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -27,10 +26,11 @@ from cluster import kube as kube_mod
 from cluster import local as local_mod
 from cluster import proc as proc_mod
 from cluster import slurm as slurm_mod
+from cluster.local import KubectlError
 from cluster.realnode import NodeSpec
 from slurmgate import contract
+from tests.e2e.waiting import WaitTimeout, wait_until  # tests import it from here, as before
 
-T = TypeVar("T")
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
 REUSE = os.environ.get("SLURMGATE_REUSE_CLUSTER") == "1"
 IN_CLUSTER = os.environ.get("SLURMGATE_E2E_DEPLOY", "processes") == "incluster"
@@ -45,23 +45,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "hostprocs" in item.keywords:
             item.add_marker(skip)
-
-
-def wait_until(what: str, fn: Callable[[], T], timeout: float = 30.0,
-               interval: float = 0.2) -> T:
-    """Poll until fn() is truthy; the deadline failure says what was awaited and the last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except Exception as e:  # transient API errors while polling
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def job_id_of(admin: Kubectl, name: str, ns: str, timeout: float = 30.0) -> str:
@@ -80,7 +63,9 @@ class Kubectl:
         p = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
                            text=True, capture_output=True, timeout=60)
         if check and p.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {p.stderr.strip()}")
+            # not an AssertionError: wait_until retries this (a poll during an apiserver
+            # restart, an object not created yet) and lets assertions through
+            raise KubectlError(f"kubectl {' '.join(args)} failed: {p.stderr.strip()}")
         return p
 
     def apply(self, obj: dict[str, Any], *extra: str,
@@ -255,7 +240,7 @@ def slurm_idle(local: local_mod.Local) -> None:
     try:
         wait_until("Slurm queue empty", lambda: not [
             r for r in squeue(local) if r["state"] not in ("COMPLETING",)], 20)
-    except AssertionError:
+    except WaitTimeout:
         ids = [r["id"] for r in squeue(local)]
         if ids:
             slurm_cli(local, "scancel", "--signal=KILL", *ids)

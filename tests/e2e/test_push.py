@@ -20,7 +20,15 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local
-from tests.e2e.conftest import Kubectl, marked_pod, restart, slurm_cli, squeue, wait_until
+from tests.e2e.conftest import (
+    Kubectl,
+    WaitTimeout,
+    marked_pod,
+    restart,
+    slurm_cli,
+    squeue,
+    wait_until,
+)
 from tests.e2e.faultkit import metric, wait_bound
 
 pytestmark = pytest.mark.e2e
@@ -65,7 +73,7 @@ def test_a_pushed_start_binds_and_an_end_is_pushed(local: Local, admin: Kubectl,
     # the start push reached the binder and was matched to our job, whichever came first
     try:
         wait_until("the Pod's start pushed", lambda: _matched_starts(bridge) > matched0, 30)
-    except AssertionError as e:
+    except WaitTimeout as e:
         raise AssertionError(f"{e}; push counters: {_pushes(bridge)}") from None
     # the filler's end was pushed as well (not ours: counted, and nothing else)
     wait_until("the filler's end pushed", lambda: metric(

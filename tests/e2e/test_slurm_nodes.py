@@ -19,6 +19,7 @@ from cluster.local import Local, k8s_node_name
 from slurmgate import contract
 from tests.e2e.conftest import (
     Kubectl,
+    WaitTimeout,
     job_id_of,
     marked_pod,
     slurm_cli,
@@ -174,7 +175,7 @@ def test_node_failure_named_in_the_eviction(local: Local, admin: Kubectl, bridge
         try:
             wait_until("the Pod evicted as SlurmNodeFailed", lambda: "SlurmNodeFailed"
                        in _eviction_reasons(admin, ns, "victim"), 60)
-        except AssertionError as e:  # which reason it was evicted with, if not this one
+        except WaitTimeout as e:  # which reason it was evicted with, if not this one
             raise AssertionError(f"{e}; Warning Events: {_eviction_reasons(admin, ns, 'victim')}"
                                  ) from None
         # the job does not come back for a Pod that is gone
