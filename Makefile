@@ -61,11 +61,16 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy slurmgate cluster bench
 
+# UNIT=0 leaves tests/unit out of `make test`: .ci/run runs them first, alone (make test-unit),
+# so that a failure shows within a minute, and not a second time here.
+UNIT ?= 1
 test: deps lint typecheck
-	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(UNIT)),--ignore=tests/unit) \
+	  $(PYTEST_ARGS)
 
+# needs no cluster and no deps beyond the venv: seconds on a warm machine
 test-unit: venv
-	$(PYTHON) -m pytest -q tests/unit $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 test-e2e: deps
 	$(PYTHON) -m pytest -q tests/e2e $(PYTEST_ARGS)
