@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from slurmgate.preemption import preempt_every
 from slurmgate.slurm import COMPLETING, IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
 
 FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
@@ -43,9 +44,9 @@ HOOK_MISS_AFTER = 3.0  # s a start or end a poll saw first may wait for its push
 TOLD_MAX = 10_000  # pushes remembered to match what polls see
 # A preempted job runs out its partition's GraceTime still RUNNING: the preemption shows only in
 # its whole record (preempt_time), neither in GET /jobs/state nor in any push. So a running job
-# of ours in a partition with a GraceTime is read whole every tenth of it (at least 1 s apart),
-# leaving the Pod nine tenths of the GraceTime to stop before Slurm kills the placeholder.
-PREEMPT_NOTICE_SHARE = 0.1
+# of ours in a partition with a GraceTime is read whole every preempt_every(GraceTime) seconds
+# (slurmgate/preemption.py: the webhook holds the Pods' terminationGracePeriodSeconds to what
+# is left of the GraceTime after that and the eviction).
 
 
 def poll_delay(in_flight: bool, took: float, hook_ok: bool = False) -> float:
@@ -141,10 +142,6 @@ class Schedule:
         for i in ids:
             self.gone.add(i)
             self.detail_at.pop(i, None)
-
-
-def preempt_every(grace_seconds: int) -> float:
-    return max(1.0, grace_seconds * PREEMPT_NOTICE_SHARE)
 
 
 def changed(known: JobInfo | None, flags: frozenset[str]) -> bool:

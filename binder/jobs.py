@@ -54,7 +54,7 @@ class JobTracker:
         self.schedule = Schedule(full_every=full_every)
         self.hook = HookHealth()
         # partition -> GraceTime (s), read with each whole list: how often a running job of
-        # ours there is read whole (jobpoll.PREEMPT_NOTICE_SHARE)
+        # ours there is read whole (slurmgate.preemption.preempt_every)
         self.grace: dict[str, int] = {}
         # job id -> the comment of a job of ours no poll has shown yet (from the Pods)
         self.comment_of = comment_of
