@@ -47,12 +47,15 @@ A_JOB_STATE = f"{DOMAIN}/job-state"
 A_JOB_REASON = f"{DOMAIN}/job-reason"
 A_SLURM_NODE = f"{DOMAIN}/slurm-node"
 A_SUBMITTED_AT = f"{DOMAIN}/submitted-at"
+# The terminationGracePeriodSeconds the Pod asked for, when admission lowered it to what its
+# partition's preemption GraceTime leaves (slurmgate/preemption.py, LONG_TERMINATION_GRACE)
+A_REQUESTED_GRACE = f"{DOMAIN}/requested-termination-grace"
 
 # What the binder mirrors from the Slurm job; a gang member sent back to waiting loses them.
 JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE)
 # Every status annotation but the claim. A Pod copied from another may carry them: admission
 # drops them, never trusts them.
-STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT)
+STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT, A_REQUESTED_GRACE)
 
 # --- values of A_JOB_STATE ---
 # Mostly Slurm's own state name, copied verbatim (PENDING, RUNNING, PREEMPTED, ...; see

@@ -106,8 +106,7 @@ def _check_unknown(ann: dict[str, str]) -> None:
     ours = {k for k in ann if isinstance(k, str) and k.startswith(contract.DOMAIN + "/")}
     known = set(contract.USER_ANNOTATIONS)
     # Status annotations we write ourselves may be present on re-invocation; they are not input.
-    known |= {contract.A_CLAIM, contract.A_JOB_ID, contract.A_JOB_STATE, contract.A_JOB_REASON,
-              contract.A_SLURM_NODE, contract.A_SUBMITTED_AT}
+    known |= {contract.A_CLAIM, *contract.STATUS_ANNOTATIONS}
     unknown = sorted(ours - known)
     if unknown:
         allowed = ", ".join(sorted(contract.USER_ANNOTATIONS))

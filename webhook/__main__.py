@@ -61,6 +61,7 @@ async def run(cfg: WebhookConfig) -> None:
     log.info("webhook serving", extra=kv(listen=cfg.listen, slurmrestd=s.url,
                                          fail_open=settings.fail_open,
                                          submit_budget=settings.submit_budget,
+                                         long_grace=str(settings.long_grace),
                                          tenancy=str(cfg.tenancy_configmap or "off")))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
 from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
 from slurmgate.webhook import metrics
+from slurmgate.webhook.grace import LongGrace, check_grace
 from slurmgate.webhook.patch import gate_pod
 from slurmgate.webhook.validate import check_fit
 
@@ -53,6 +54,9 @@ class Settings:
     # slowly while it starts jobs; a site may prefer fast Pod creates to an error at create
     # time when Slurm turns out to be down (the Pod then waits, gated, for the binder).
     submit_budget: float = 0.0
+    # a Pod whose terminationGracePeriodSeconds outlasts its partition's preemption GraceTime
+    # (webhook/grace.py): its grace lowered, or the Pod refused
+    long_grace: LongGrace = LongGrace.CLAMP
 
 
 Submit = Callable[[JobSpec], Awaitable[int]]
@@ -199,6 +203,7 @@ class Admitter:
             return self._deny(uid, e.reason, e.message)
         nodes = self._nodemap()
         warnings: list[str] = []
+        grace: int | None = None  # the Pod's terminationGracePeriodSeconds, when lowered
         if nodes is None:
             if not self.settings.fail_open:
                 return self._deny(uid, "InventoryUnavailable",
@@ -211,6 +216,15 @@ class Admitter:
             if not verdict.allowed:
                 return self._deny(uid, verdict.reason, verdict.message, verdict.warnings)
             warnings += verdict.warnings
+            held = check_grace(r, nodes, self.settings.long_grace)
+            if not held.allowed:
+                return self._deny(uid, held.reason, held.message, tuple(warnings))
+            if held.warning:
+                warnings.append(held.warning)
+            if held.clamp_to is not None:
+                grace = held.clamp_to
+                # with the owner's options, so every path below writes it
+                extra[contract.A_REQUESTED_GRACE] = str(r.termination_grace_seconds)
         sched = spec.get("schedulerName")
         if sched and sched not in ("default-scheduler", contract.SCHEDULER_NAME):
             warnings.append(f"spec.schedulerName {sched!r} replaced by "
@@ -232,7 +246,7 @@ class Admitter:
             if group.index is not None:
                 annotations[contract.A_GROUP_INDEX] = str(group.index)
             metrics.DECISIONS.labels("gated_group").inc()
-            patch = gate_pod(pod_orig, annotations, (*STALE, contract.A_CLAIM))
+            patch = gate_pod(pod_orig, annotations, (*STALE, contract.A_CLAIM), grace=grace)
             return _response(uid, True, patch=patch, warnings=tuple(warnings))
 
         claim = uuid.uuid4().hex
@@ -241,7 +255,8 @@ class Admitter:
         if req.get("dryRun"):
             metrics.DECISIONS.labels("dry_run").inc()
             annotations[contract.A_JOB_STATE] = contract.JOB_STATE_DRY_RUN
-            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
+            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE,
+                                                       grace=grace),
                              warnings=tuple(warnings))
         if nodes is None:  # fail-open without an inventory: never submit unvalidated
             annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
@@ -260,11 +275,11 @@ class Admitter:
             await asyncio.wait((submit,), timeout=budget)
             if not submit.done():
                 return self._hand_off(uid, submit, pod_orig, annotations, namespace, pod_ref,
-                                      warnings)
+                                      warnings, grace)
         try:
             job_id = await submit
         except SlurmError as e:
-            return self._submit_failed(uid, e, job, pod_orig, annotations, warnings)
+            return self._submit_failed(uid, e, job, pod_orig, annotations, warnings, grace)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
         annotations[contract.A_JOB_STATE] = PENDING
@@ -276,11 +291,12 @@ class Admitter:
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
                           user=r.user, account=r.account, qos=r.qos, nice=r.nice))
         return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE,
-                                                   {contract.CLAIM_LABEL: claim}),
+                                                   {contract.CLAIM_LABEL: claim}, grace),
                          warnings=tuple(warnings))
 
     def _submit_failed(self, uid: str, e: SlurmError, job: JobSpec, pod: dict[str, Any],
-                       annotations: dict[str, str], warnings: list[str]) -> dict[str, Any]:
+                       annotations: dict[str, str], warnings: list[str],
+                       grace: int | None) -> dict[str, Any]:
         """Denied, or with fail-open gated for the binder to submit when Slurm answers. A
         refusal is denied either way, in Slurm's own words: Slurm did answer, and made no job."""
         if isinstance(e, SlurmRefused):
@@ -295,7 +311,7 @@ class Admitter:
         metrics.DECISIONS.labels("gated_submit_pending").inc()
         warnings.append("Slurm is unreachable: the Pod is gated and its job will be "
                         "submitted when Slurm answers again")
-        return _response(uid, True, patch=gate_pod(pod, annotations, STALE),
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE, grace=grace),
                          warnings=tuple(warnings))
 
     async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:
@@ -314,7 +330,7 @@ class Admitter:
 
     def _hand_off(self, uid: str, submit: asyncio.Task[int], pod: dict[str, Any],
                   annotations: dict[str, str], namespace: str, pod_ref: str,
-                  warnings: list[str]) -> dict[str, Any]:
+                  warnings: list[str], grace: int | None) -> dict[str, Any]:
         """Admit now, gated as Submitting; the submit goes on here. Its job carries the claim,
         so the binder finds it in Slurm's list whoever learns the id first; if it never comes
         (Slurm refused it, this process died), the binder submits after
@@ -326,7 +342,7 @@ class Admitter:
         annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMITTING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         return _response(uid, True, patch=gate_pod(pod, annotations, STALE,
-                                                   {contract.CLAIM_LABEL: claim}),
+                                                   {contract.CLAIM_LABEL: claim}, grace),
                          warnings=tuple(warnings))
 
     def _handed_off_done(self, task: asyncio.Task[int], namespace: str, claim: str,

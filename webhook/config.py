@@ -17,6 +17,7 @@ from slurmgate.config import (
     env_optional,
     tenancy_configmap,
 )
+from slurmgate.webhook import grace
 from slurmgate.webhook.admission import Settings
 
 
@@ -43,6 +44,19 @@ def _submit_budget(env: Env) -> float:
     return budget
 
 
+def _long_grace(env: Env) -> grace.LongGrace:
+    raw = env.get(grace.SETTING)
+    if not raw:  # unset or left blank in the ConfigMap: the safe default
+        return Settings.long_grace
+    try:
+        return grace.LongGrace(raw.strip().lower())
+    except ValueError:
+        raise ConfigError(
+            f"{grace.SETTING}={raw!r} must be clamp (lower a Pod's terminationGracePeriodSeconds "
+            "to what its partition's preemption GraceTime leaves) or deny (refuse the Pod)"
+        ) from None
+
+
 def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
     """Parse `env` and the command line (flags win over the variables that default them).
 
@@ -54,6 +68,7 @@ def load(argv: Sequence[str] | None, env: Env) -> WebhookConfig:
         default_memory=env_optional(env, "DEFAULT_MEMORY"),
         default_partition=env_optional(env, "DEFAULT_PARTITION"),
         submit_budget=_submit_budget(env),
+        long_grace=_long_grace(env),
     )
     tenancy = tenancy_configmap(env)
     d = WebhookConfig(slurm, admission)

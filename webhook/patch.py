@@ -9,10 +9,11 @@ from slurmgate.kube import pointer_escape
 
 
 def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
-             drop: tuple[str, ...] = (), labels: dict[str, str] | None = None
-             ) -> list[dict[str, Any]]:
+             drop: tuple[str, ...] = (), labels: dict[str, str] | None = None,
+             grace: int | None = None) -> list[dict[str, Any]]:
     """Ops that add our gate (once), set our schedulerName, tolerate the Slurm Nodes' taint
-    (once), write `annotations` and `labels`, drop `drop`.
+    (once), write `annotations` and `labels`, drop `drop`, and set
+    terminationGracePeriodSeconds to `grace` (webhook/grace.py) unless it is None.
 
     Built directly (no deep copy and diff: this is on the admission hot path), and right
     whether the Pod already has gates, annotations, or neither.
@@ -45,6 +46,9 @@ def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
     if not isinstance(spec, dict):
         ops.append({"op": "add", "path": "/spec", "value": {}})
         spec = {}
+    if grace is not None and spec.get("terminationGracePeriodSeconds") != grace:
+        # "add" replaces a member that exists (RFC 6902), as it must: the apiserver set 30
+        ops.append({"op": "add", "path": "/spec/terminationGracePeriodSeconds", "value": grace})
     if spec.get("schedulerName") != contract.SCHEDULER_NAME:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": contract.SCHEDULER_NAME})
     gates = spec.get("schedulingGates")

@@ -33,14 +33,6 @@ def check_fit(req: PodRequest, nodes: NodeMap) -> Verdict:
         f"Node's {c.node_memory_mib}Mi"
         for c in candidates if c.slurmd_memory_mib * 2 > c.node_memory_mib
     )
-    part = nodes.partitions.get(partition) if partition else None
-    grace = part.grace_time_seconds if part else None
-    if grace is not None and req.termination_grace_seconds > grace:
-        warnings += (
-            f"terminationGracePeriodSeconds {req.termination_grace_seconds} exceeds partition "
-            f"{partition!r}'s preemption GraceTime of {grace}s: if Slurm preempts this Pod, "
-            f"it ends the placeholder before the Pod has stopped, and the next job may start "
-            f"beside it; set it to at most {grace}",)
     kind = req.gpu_type
     if kind is not None and not any(c.gpus_of(kind) for c in candidates):
         types = sorted({t for c in candidates for t, n in c.gpu_types if n})

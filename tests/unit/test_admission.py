@@ -216,21 +216,6 @@ async def test_gang_larger_than_partition_denied() -> None:
     assert s.specs == []
 
 
-async def test_grace_period_longer_than_slurm_grace_time_warns() -> None:
-    import dataclasses
-    nm = node_map()
-    nm.partitions["k8s"] = dataclasses.replace(nm.partitions["k8s"], grace_time_seconds=20)
-    a = Admitter(FakeSubmit(), lambda: nm, Settings())  # type: ignore[arg-type]
-    long = marked_pod()
-    long["spec"]["terminationGracePeriodSeconds"] = 60
-    out = await a.review(review(long))
-    assert out["response"]["allowed"]
-    assert any("GraceTime of 20s" in w for w in out["response"]["warnings"])
-    short = marked_pod()
-    short["spec"]["terminationGracePeriodSeconds"] = 10
-    assert "warnings" not in (await a.review(review(short)))["response"]
-
-
 async def test_no_inventory_fail_open_gates_without_submitting() -> None:
     s = FakeSubmit()
     a = Admitter(s, lambda: None, Settings(fail_open=True))  # type: ignore[arg-type]

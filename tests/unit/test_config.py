@@ -23,6 +23,7 @@ from slurmgate.webhook import __main__ as webhook_main
 from slurmgate.webhook import config as webhook_config
 from slurmgate.webhook.admission import Settings
 from slurmgate.webhook.config import WebhookConfig
+from slurmgate.webhook.grace import LongGrace
 
 SLURM_ENV = {
     "SLURMREST_URL": "http://slurm:6820",
@@ -81,12 +82,14 @@ def test_webhook_defaults() -> None:
 
 def test_webhook_every_variable() -> None:
     env = {**SLURM_ENV, "FAIL_OPEN": "true", "DEFAULT_MEMORY": "1Gi",
-           "DEFAULT_PARTITION": "k8s", "WEBHOOK_LISTEN": "127.0.0.1:9443",
+           "DEFAULT_PARTITION": "k8s", "LONG_TERMINATION_GRACE": "deny",
+           "WEBHOOK_LISTEN": "127.0.0.1:9443",
            "WEBHOOK_TLS_CERT": "/c.crt", "WEBHOOK_TLS_KEY": "/c.key",
            "KUBECONFIG": "/kc", "LOG_LEVEL": "debug"}
     assert webhook_config.load([], env) == WebhookConfig(
         slurm=SLURM,
-        admission=Settings(fail_open=True, default_memory="1Gi", default_partition="k8s"),
+        admission=Settings(fail_open=True, default_memory="1Gi", default_partition="k8s",
+                           long_grace=LongGrace.DENY),
         listen="127.0.0.1:9443", tls_cert_file=Path("/c.crt"), tls_key_file=Path("/c.key"),
         kubeconfig="/kc", log_level="debug")
 

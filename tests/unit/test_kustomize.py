@@ -382,6 +382,7 @@ def test_config_map(tree: Path) -> None:
     assert data["FAIL_OPEN"] == "false"
     # the webhook reads the map as it ships: waits for Slurm's answer, as the README says
     assert webhook_config.load([], data).admission.submit_budget == 0.0
+    assert webhook_config.load([], data).admission.long_grace == "clamp"
     assert {"SLURMREST_URL", "SLURM_USER", "DEFAULT_PARTITION"} <= set(data)
     # tenancy on by default, pointing at the policy the base deploys
     assert data["TENANCY_CONFIGMAP"] == "slurmgate-system/slurmgate-tenancy"
