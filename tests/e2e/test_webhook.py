@@ -10,7 +10,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local
-from slurmgate import contract
+from slurmgate import contract, preemption
 from slurmgate.slurm import JobInfo, SlurmClient
 from slurmgate.webhook.orphans import CHECK_EVERY, SETTLE
 from tests.e2e.conftest import (
@@ -111,13 +111,29 @@ def test_placeholder_is_exclusive_read_back_from_slurm(local: Local, admin: Kube
     assert scontrol_job(local, str(job_id))["NumCPUs"] == str(local.slurm.node_cpus)
 
 
-def test_grace_longer_than_slurm_gracetime_warns(admin: Kubectl, bridge: Bridge,
-                                                 ns: str) -> None:
-    """The partition's GraceTime is read from Slurm on every release (24.11+ moved it)."""
-    pod = marked_pod("slow-stop")
-    pod["spec"]["terminationGracePeriodSeconds"] = 90
-    p = admin.apply(pod, "-n", ns)
-    assert "exceeds partition 'k8s''s preemption GraceTime of 20s" in p.stderr, p.stderr
+def test_a_grace_longer_than_the_gracetime_leaves_is_lowered(local: Local, admin: Kubectl,
+                                                             bridge: Bridge, ns: str) -> None:
+    """LONG_TERMINATION_GRACE=clamp, the default: the Pod is admitted with its grace lowered to
+    what the partition's preemption GraceTime leaves once the binder noticed a preemption and
+    evicted the Pod; the warning says so and the asked value stays in an annotation. The
+    GraceTime is read from Slurm on every release (24.11+ moved it)."""
+    async def grace_time() -> int | None:
+        async with SlurmClient(local.slurm.rest_url, local.slurm.token_file) as c:
+            return {p.name: p.grace_time_seconds for p in await c.partitions()}["k8s"]
+
+    gt = asyncio.run(grace_time())
+    assert gt == 20  # cluster/slurm_conf.py
+    budget = preemption.stop_budget(gt)
+    pod = marked_pod("slow-stop")  # no partition: the default one, k8s
+    pod["spec"]["terminationGracePeriodSeconds"] = 600
+    p = admin.apply(pod, "-n", ns, "-o", "json")
+    assert (f"terminationGracePeriodSeconds 600 lowered to {budget}: partition 'k8s' has "
+            f"preemption GraceTime {gt}s") in p.stderr, p.stderr
+    created = json.loads(p.stdout)
+    assert created["spec"]["terminationGracePeriodSeconds"] == budget == 16
+    assert created["metadata"]["annotations"][contract.A_REQUESTED_GRACE] == "600"
+    # what the kubelet will use: the stored object, read back
+    assert admin.get("pod", "slow-stop", ns)["spec"]["terminationGracePeriodSeconds"] == 16
 
 
 def test_a_pod_refused_after_its_submit_has_its_job_cancelled_by_the_webhook(
