@@ -119,6 +119,15 @@ class Schedule:
         return Plan(full=full, ids=ask | preemptible,
                     detail=new | pushed_ids | stale | preemptible)
 
+    def next_read_in(self, now: float, known: dict[int, JobInfo],
+                     grace: Mapping[str, int] | None) -> float:
+        """Seconds until a running job of ours in a GraceTime partition is due its whole read
+        (inf: none): the poller never sleeps past it, however quiet the rest is."""
+        due = [self.detail_at.get(i, float("-inf")) + preempt_every(g) - now
+               for i, j in known.items() if j.state == RUNNING and not j.preempted
+               and (g := (grace or {}).get(j.partition))]
+        return min(due, default=float("inf"))
+
     def done_full(self, sent: float, listed: Iterable[int], took: float = 0.0) -> None:
         """A whole list sent at `sent` was read in `took` s: a wish for one made after `sent`
         stays."""

@@ -303,8 +303,12 @@ class JobTracker:
         metrics.SLURM_POLLS.labels(outcome).inc()
         self.healthy = True
         self.synced_at = time.monotonic()
-        # 22.05 reads job by job: keep those reads under READS_PER_SECOND
-        return max(poll_delay(self._in_flight(), took, self.hook.ok),
+        # never past a preemption read that falls due (slurmgate/preemption.py); 22.05 reads
+        # job by job: keep those reads under READS_PER_SECOND
+        due = self.schedule.next_read_in(time.monotonic(), {
+            j.job_id: j for j in self.by_claim.values()}, self.grace)
+        return max(min(poll_delay(self._in_flight(), took, self.hook.ok),
+                       max(jobpoll.FAST_POLL, due)),
                    reads / jobpoll.READS_PER_SECOND)
 
     async def _whole_list(self, sent: float) -> None:

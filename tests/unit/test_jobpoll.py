@@ -201,6 +201,25 @@ async def test_a_preemption_is_noticed_within_a_tenth_of_the_grace_time() -> Non
     assert t.by_claim["c1"].preempted and seen == [("c1", "RUNNING")]
 
 
+async def test_a_healthy_hook_does_not_stretch_the_wait_past_a_preemption_read() -> None:
+    """Slurm pushes nothing on a preemption: with the hook healthy and nothing in flight, the
+    poller would sleep HOOK_IDLE_POLL (10 s), but a running job in a partition with a GraceTime
+    is due its whole read every tenth of it (3 s here)."""
+    slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
+    t, _ = tracker(slurm)
+    t.hook.pushed(99, "started")  # the hook is installed and nothing was missed
+    assert t.hook.ok
+    await tick(t)
+    t.busy_until = float("-inf")  # nothing in flight: only the hook's idle pace is left
+    assert await tick(t) == jobpoll.HOOK_IDLE_POLL  # no GraceTime: the idle pace
+    slurm.grace = 30
+    t.schedule.full_at = float("-inf")  # the next whole list reads the partitions' GraceTime
+    await tick(t)
+    t.busy_until = float("-inf")
+    delay = await tick(t)
+    assert t.grace == {"k8s": 30} and 0 < delay <= 3.0
+
+
 async def test_without_a_grace_time_running_jobs_are_not_read_whole() -> None:
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, _ = tracker(slurm)
