@@ -87,9 +87,8 @@ class Churn(threading.Thread):
         self.live.remove(name)
         self.obs.note(f"deleted {self.ns}/{name}")
 
-    def _add(self) -> None:
+    def _add(self, kind: float) -> None:
         self.n += 1
-        kind = self.rng.random()
         if kind < 0.15:
             group = f"g{self.n}"
             self.stats.gangs += 1
@@ -103,7 +102,7 @@ class Churn(threading.Thread):
         else:
             self._create_pod(f"p{self.n}")
 
-    def _batch(self) -> None:
+    def _batch(self, hpc: float) -> None:
         """Keep two scavenger jobs in Slurm (our Pods preempt them), and now and then a short
         hpc job (it preempts one of our Pods)."""
         try:
@@ -114,7 +113,7 @@ class Churn(threading.Thread):
         wants = []
         if rows.count("scavenger") < 2:
             wants.append(["-p", "scavenger", "--wrap", "sleep 90"])
-        if rows.count("hpc") < 1 and self.rng.random() < 0.05:
+        if rows.count("hpc") < 1 and hpc < 0.05:
             wants.append(["-p", "hpc", "--time=2", "--wrap", "sleep 20"])
         for w in wants:
             try:
@@ -133,14 +132,22 @@ class Churn(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_flag.wait(self.tick):
-            if len(self.live) < self.target or self.rng.random() < 0.3:
-                self._add()
-            if len(self.live) > self.target or (self.live and self.rng.random() < 0.3):
-                self._delete_pod(self.rng.choice(self.live))
-            self._batch()
-            # Pods the binder evicted (a time limit, a preemption) are no longer ours to delete
-            if self.rng.random() < 0.2:
-                self._forget_gone()
+            self.step()
+
+    def step(self) -> None:
+        """One tick. Its six draws are made every tick, used or not: what the cluster did (a
+        create refused, a Pod evicted, an hpc job queued) decides which draws matter, and must
+        not shift the ones after it, or a replay with the same seed would part from the run at
+        the first such difference (rng.choice over a list the cluster sized would too)."""
+        add, kind, delete, pick, hpc, forget = (self.rng.random() for _ in range(6))
+        if len(self.live) < self.target or add < 0.3:
+            self._add(kind)
+        if len(self.live) > self.target or (self.live and delete < 0.3):
+            self._delete_pod(self.live[int(pick * len(self.live))])
+        self._batch(hpc)
+        # Pods the binder evicted (a time limit, a preemption) are no longer ours to delete
+        if forget < 0.2:
+            self._forget_gone()
 
     def _forget_gone(self) -> None:
         try:
