@@ -64,6 +64,7 @@ class FaultDriver(threading.Thread):
         (ReturnToService=2 returns it once its slurmd registers)."""
         node = self.rng.choice(self.local.slurm.nodes)
         slurm_faults.kill_daemon(self.slurm_dir, f"slurmd-{node}")
+        self.obs.slurmd_killed(node)  # evidence for the double-booking verdicts
         self._slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=chaos")
         time.sleep(down)
         try:

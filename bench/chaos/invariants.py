@@ -4,6 +4,7 @@ the binder: the point is to judge it from the outside."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,8 @@ class Snapshot:
     jobs: tuple[Job, ...]
     procs: tuple[JobProc, ...] = ()  # read after squeue
     ctld_since: float = 0.0  # when the running slurmctld started (0: the cluster's first)
+    # (Slurm node, when the fault driver SIGKILLed its slurmd), every such kill so far
+    slurmd_kills: tuple[tuple[str, float], ...] = ()
 
 
 def pod_view(p: dict[str, Any]) -> PodView:
@@ -140,8 +143,8 @@ def lost_in_crash(pr: JobProc, s: Snapshot) -> bool:
 def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
     """A Node holds a Pod while a process of another job really runs on its Slurm node: what
     the node runs, not what slurmctld believes (restarted from its saved state, it shows a job
-    that ended just before the crash as running for minutes). A stray placeholder (see
-    _stray) is reported apart: there is no workload beside the Pod, only a sleep."""
+    that ended just before the crash as running for minutes). A process of a job Slurm no
+    longer has there (see leftovers) is judged apart, on what the snapshot proves of it."""
     names = {j.job_id: f"{j.partition} {j.name}" for j in s.jobs}
     out: dict[tuple[int, str], str] = {}
     for pr, p in _beside_pods(s, k8s_node):
@@ -152,20 +155,85 @@ def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
     return list(out.values())
 
 
-def slurm_double_booked(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:
-    """A batch job's process beside a Pod on a node Slurm gave out again after losing that job
-    in a controller crash: "job@node" -> description."""
-    return {f"{pr.job_id}@{pr.node}": f"job {pr.job_id} ({pr.name}) still runs on {pr.node} "
-            f"(pid {pr.pid}) beside Pod {p.key}; slurmctld lost it in the crash"
-            for pr, p in _beside_pods(s, k8s_node)
-            if lost_in_crash(pr, s) and not _stray(pr, s)}
+STRAY, LOST_IN_CRASH = "stray placeholder", "batch job lost in a slurmctld crash"
 
 
-def stray_placeholders(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:
-    """Stray placeholder processes beside a bound Pod: "job@node" -> description."""
-    return {f"{pr.job_id}@{pr.node}": f"placeholder {pr.job_id} ({pr.name}) still sleeps on "
-            f"{pr.node} (pid {pr.pid}) beside Pod {p.key}; Slurm has no such job there"
-            for pr, p in _beside_pods(s, k8s_node) if _stray(pr, s)}
+@dataclass(frozen=True)
+class Leftover:
+    """A process of a job Slurm no longer has on its node, beside a bound Pod of another job: a
+    double booking. It counts against slurmgate unless the snapshot proves it Slurm's own."""
+    kind: str  # STRAY or LOST_IN_CRASH
+    key: str  # "job@node beside ns/pod": one per leftover job and Pod
+    detail: str
+    evidence: tuple[str, ...]  # the observations the verdict rests on, either way
+    slurms_own: bool
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 100) % 100:02d}"
+
+
+def _placed_by_slurm(p: PodView, node: str, s: Snapshot) -> Job | None:
+    """The Pod's own job as squeue has it on `node`, holding it."""
+    return next((j for j in s.jobs if j.state in ON_NODE_STATES and node in j.nodes
+                 and _own(p, j.job_id, j.claim)), None)
+
+
+def _why_slurm_lost_it(pr: JobProc, s: Snapshot) -> list[str]:
+    """What made Slurm lose or end the job without its process ending, as the run saw it."""
+    why = []
+    if pr.start < s.ctld_since:
+        why.append(f"slurmctld started again at {_clock(s.ctld_since)}, after the process: "
+                   "its saved state may predate the job's start")
+    # a job Slurm ended while its node's slurmd was dead runs on until the slurmd, back,
+    # registers and is told to kill it
+    why += [f"slurmd on {pr.node} was SIGKILLed at {_clock(t)}, while the process ran: "
+            "Slurm ended the job without the node" for n, t in s.slurmd_kills
+            if n == pr.node and pr.start - PROC_START_PRECISION <= t <= s.t_pods]
+    return why
+
+
+def leftovers(s: Snapshot, k8s_node: dict[str, str]) -> list[Leftover]:
+    """Processes beside a bound Pod of jobs Slurm no longer has on that node: a placeholder's
+    (stray) or a batch job's the restarted controller lost (lost in a crash).
+
+    Slurm's own double booking, proven, needs both halves in the snapshot: Slurm gave the node
+    out again (squeue has the Pod's own job holding it: the binder bound the Pod where Slurm
+    ran its job), and a reason Slurm lost the job the process belongs to (a slurmctld restart
+    after the process started; for a placeholder also its node's slurmd killed while it ran).
+    Without the first, the Pod was bound where Slurm never put its job, which is slurmgate's
+    doing; without the second, nothing the run did explains Slurm losing a running job."""
+    out: dict[str, Leftover] = {}
+    for pr, p in _beside_pods(s, k8s_node):
+        stray = _stray(pr, s)
+        # A batch job's leftover counts here only when lost in a crash: after a slurmd kill
+        # alone it is a workload beside the Pod, and stays a sharing (as before); so is a job
+        # Slurm still has on the node
+        if not stray and not lost_in_crash(pr, s):
+            continue
+        key = f"{pr.job_id}@{pr.node} beside {p.key}"
+        if key in out:
+            continue  # another process of the same job
+        seen = [j for j in s.jobs if j.job_id == pr.job_id]
+        placed = _placed_by_slurm(p, pr.node, s)
+        why = _why_slurm_lost_it(pr, s)
+        evidence = (
+            f"/proc: pid {pr.pid} of job {pr.job_id} ({pr.name or 'unnamed'}) on {pr.node}, "
+            f"started {_clock(pr.start)}, still there after the Pods were read",
+            *(f"squeue: job {j.job_id} is {j.name} ({j.state}) on {','.join(j.nodes) or '-'}"
+              + (" (the id handed out again)" if j.name != pr.name else "") for j in seen),
+            *([] if seen else [f"squeue: no job {pr.job_id}"]),
+            f"squeue: the Pod's own job {placed.job_id} ({placed.name}, {placed.state}) holds "
+            f"{pr.node}" if placed else f"squeue: no job of Pod {p.key} holds {pr.node}",
+            *(why or [f"no slurmctld restart or slurmd kill on {pr.node} since the process "
+                      f"started explains Slurm losing job {pr.job_id}"]),
+        )
+        what = (f"placeholder {pr.job_id} ({pr.name}) still sleeps" if stray else
+                f"job {pr.job_id} ({pr.name}) still runs")
+        out[key] = Leftover(STRAY if stray else LOST_IN_CRASH, key,
+                            f"{what} on {pr.node} (pid {pr.pid}) beside Pod {p.key}; Slurm has "
+                            "no such job there", evidence, placed is not None and bool(why))
+    return list(out.values())
 
 
 def slurm_view_sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:

@@ -31,8 +31,8 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
           "unbound while its job runs": 30.0, "orphan process": 5.0}
-STRAY, DOUBLE_BOOKED = "STRAY", "SLURM DOUBLE-BOOKED"
-LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", STRAY, DOUBLE_BOOKED, "RESUMED")
+DOUBLE_BOOKING = "DOUBLE BOOKING"
+LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", DOUBLE_BOOKING, "RESUMED")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
 # answered ready again, if later) are the fault's to clear; later ones are the churn's own.
 SETTLED_AFTER = 3.0
@@ -191,10 +191,12 @@ class Observer(threading.Thread):
         self.violations: list[Violation] = []
         # overlaps squeue showed with no process of that job on the node (not violations)
         self.slurm_view_only: list[str] = []
-        # overlaps Slurm made, not slurmgate (not violations): kind -> key -> seconds seen
-        self.slurm_made: dict[str, dict[str, float]] = {STRAY: {}, DOUBLE_BOOKED: {}}
-        self._first_seen: dict[str, float] = {}
+        # processes of jobs Slurm no longer has beside a Pod (inv.leftovers), key -> record:
+        # kind, detail, first_seen, seen_s, slurms_own (proven at any sample) and the evidence
+        # (of the sample that proved it, else of the first). Unproven ones fail the run.
+        self.double_bookings: dict[str, dict[str, Any]] = {}
         self.ctld_since = 0.0  # when the running slurmctld was started again
+        self.slurmd_kills: list[tuple[str, float]] = []  # (Slurm node, when)
         self._reported: set[tuple[str, str]] = set()
         self.durations = {rule: Durations() for rule in LIMITS}
         self.samples = self.unobservable = 0
@@ -228,6 +230,10 @@ class Observer(threading.Thread):
                 self.ctld_since = now
             self.ready_at = self.clear_at = None
 
+    def slurmd_killed(self, node: str) -> None:
+        with self.lock:
+            self.slurmd_kills.append((node, time.time()))
+
     def violate_unsettled(self, fault: str, waited: float) -> None:
         with self.lock:
             self.pending_fault = None
@@ -241,18 +247,22 @@ class Observer(threading.Thread):
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20,
                              check=True).stdout
         t_slurm = time.time()
+        with self.lock:
+            kills = tuple(self.slurmd_kills)
         return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items),
                             tuple(parse_squeue(out)),
                             tuple(job_processes(str(self.local.slurm.conf))),
-                            self.ctld_since)
+                            self.ctld_since, kills)
 
-    def _violate(self, rule: str, detail: str, key: str) -> None:
+    def _violate(self, rule: str, detail: str, key: str, t: float | None = None) -> None:
+        """`t`: when it happened, if before now (the timeline printed ends there)."""
         if (rule, key) in self._reported:
             return
         self._reported.add((rule, key))
+        t = time.time() if t is None else t
         with self.lock:
-            self.violations.append(Violation(time.time(), rule, detail))
-            self.timeline.append((time.time(), f"VIOLATION {rule}: {detail}"))
+            self.violations.append(Violation(t, rule, detail))
+            self.timeline.append((t, f"VIOLATION {rule}: {detail}"))
         _progress(f"VIOLATION {rule}: {detail}")
 
     def check(self, s: inv.Snapshot) -> None:
@@ -267,13 +277,8 @@ class Observer(threading.Thread):
             if d not in self.slurm_view_only:
                 self.slurm_view_only.append(d)
                 self.note(f"SLURM VIEW ONLY {d}")
-        for kind, found in ((STRAY, inv.stray_placeholders(s, self.k8s_node)),
-                            (DOUBLE_BOOKED, inv.slurm_double_booked(s, self.k8s_node))):
-            for key, d in found.items():
-                if key not in self.slurm_made[kind]:
-                    self.note(f"{kind} {d}")
-                first = self._first_seen.setdefault(f"{kind} {key}", now)
-                self.slurm_made[kind][key] = now - first
+        for lo in inv.leftovers(s, self.k8s_node):
+            self._double_booking(lo, now)
         listed = {p.key: p.uid for p in s.pods}
         for key, uid in self.seen.items():
             if key not in listed and key not in deleted:
@@ -291,6 +296,22 @@ class Observer(threading.Thread):
             for key, age in ages.items():
                 if age > LIMITS[rule]:
                     self._violate(rule, f"{items[key]} (for {age:.0f}s)", key)
+
+    def _double_booking(self, lo: inv.Leftover, now: float) -> None:
+        """Keep what each sample shows of one leftover: proven Slurm's own at any sample, it is
+        (the evidence of that sample kept); at its first sight the proof may not be complete
+        yet (the Pod's job read just as it ended), so the verdict waits for the run's end."""
+        rec = self.double_bookings.get(lo.key)
+        if rec is None:
+            rec = self.double_bookings[lo.key] = {
+                "kind": lo.kind, "detail": lo.detail, "first_seen": now, "seen_s": 0.0,
+                "slurms_own": lo.slurms_own, "evidence": list(lo.evidence)}
+            verdict = "Slurm's own" if lo.slurms_own else "not proven Slurm's own (yet)"
+            self.note(f"{DOUBLE_BOOKING} ({lo.kind}, {verdict}): {lo.detail}")
+        elif lo.slurms_own and not rec["slurms_own"]:
+            rec.update(slurms_own=True, evidence=list(lo.evidence))
+            self.note(f"{DOUBLE_BOOKING} proven Slurm's own now: {lo.detail}")
+        rec["seen_s"] = now - rec["first_seen"]
 
     def settled(self, restored: float, now: float) -> float | None:
         """How long after a fault restored at `restored` the cluster settled, once that is
@@ -339,7 +360,16 @@ class Observer(threading.Thread):
 
     def final_checks(self) -> None:
         """Pods that vanished are lost unless an Event of ours says why (read at the end: an
-        Event written during an API server restart is retried by the binder)."""
+        Event written during an API server restart is retried by the binder); double bookings
+        never proven Slurm's own (judged first: reading the Events may fail)."""
+        self.judge_double_bookings()
         events = [e for ns in self.namespaces for e in self.admin.events(ns)]
         for d in inv.lost_pods(self.vanished, events):
             self._violate("lost Pod", d, d)
+
+    def judge_double_bookings(self) -> None:
+        """A double booking never proven Slurm's own is a violation, dated when first seen."""
+        for key, rec in self.double_bookings.items():
+            if not rec["slurms_own"]:
+                self._violate("double booking", f"{rec['detail']} (not proven Slurm's own: "
+                              + "; ".join(rec["evidence"]) + ")", key, t=rec["first_seen"])

@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.chaos.churn import ChurnStats
 from bench.chaos.faults import Injected
-from bench.chaos.observe import DOUBLE_BOOKED, STRAY, Observer, Violation
+from bench.chaos.observe import Observer, Violation
 
 TIMELINE_BEFORE = 25  # entries printed before each violation
 
@@ -33,8 +33,7 @@ def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
         "faults_not_restored": [f"{i.name}: {i.error}" for i in injected if i.error],
         "violations": [vars(v) for v in obs.violations],
         "slurm_view_only": obs.slurm_view_only,
-        "stray_placeholders": obs.slurm_made[STRAY],
-        "slurm_double_booked": obs.slurm_made[DOUBLE_BOOKED],
+        "double_bookings": obs.double_bookings,
         "settle_p50_s": percentile(conv, 0.5), "settle_p99_s": percentile(conv, 0.99),
         "settle_per_fault": {k: {"n": len(v), "p50": percentile(v, 0.5),
                                  "max": max(v)} for k, v in sorted(per_fault.items())},
@@ -43,9 +42,17 @@ def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
     }
 
 
-def _seen(what: str, items: dict[str, float]) -> str:
-    return f"{what}: {len(items)}" + (f", seen for up to {max(items.values()):.0f} s"
-                                      if items else "")
+def _double_bookings(items: dict[str, dict[str, Any]]) -> list[str]:
+    """Each with its verdict and the observations it rests on."""
+    own = sum(1 for r in items.values() if r["slurms_own"])
+    lines = [f"double bookings (a process of a job Slurm no longer has on the node, beside a "
+             f"Pod): {len(items)}; proven Slurm's own {own}, counted as violations "
+             f"{len(items) - own}"]
+    for r in items.values():
+        verdict = "Slurm's own" if r["slurms_own"] else "COUNTED"
+        lines.append(f"  [{verdict}] {r['kind']}: {r['detail']} (seen {r['seen_s']:.0f} s)")
+        lines += [f"      {e}" for e in r["evidence"]]
+    return lines
 
 
 def _fmt(x: float | None) -> str:
@@ -63,11 +70,7 @@ def table(s: dict[str, Any]) -> str:
         f"violations: {len(s['violations'])}",
         f"overlaps only in slurmctld's view (no process of the job on the node; not violations):"
         f" {len(s['slurm_view_only'])}",
-        _seen("stray placeholder processes beside a Pod (Slurm had ended or lost the job; "
-              "not violations)", s["stray_placeholders"]),
-        _seen("batch jobs beside a Pod on a node Slurm gave out again after losing them in a "
-              "slurmctld crash (not slurmgate's decision; not violations)",
-              s["slurm_double_booked"]),
+        *_double_bookings(s["double_bookings"]),
         f"settle after a fault: p50 {_fmt(s['settle_p50_s'])} s, p99 {_fmt(s['settle_p99_s'])} s",
     ]
     for k, v in s["settle_per_fault"].items():

@@ -4,6 +4,7 @@ on the legitimate states next to it (the two-read race, a Pod's own job, a termi
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from bench.chaos import invariants as inv
 from bench.chaos.observe import LIMITS, Durations, Observer, parse_squeue
@@ -83,28 +84,111 @@ def test_a_placeholder_slurm_no_longer_has_there_is_a_stray_not_a_sharing() -> N
     stray = [inv.JobProc(900, 9, "n1", T - 3, "k8s:ns/old")]
     s = snap([pod()], [job(1)], procs=running([job(1)]) + stray)
     assert not inv.sharing(s, K8S)
-    assert list(inv.stray_placeholders(s, K8S)) == ["9@n1"]
+    assert [lo.key for lo in inv.leftovers(s, K8S)] == ["9@n1 beside ns/p"]
+    assert inv.leftovers(s, K8S)[0].kind == inv.STRAY
     # the same process while Slurm still has job 9 on n1 is a double allocation
     still = dataclasses.replace(job(9, claim="c9"), name="k8s:ns/old")
     assert inv.sharing(snap([pod()], [job(1), still], procs=stray), K8S)
+    assert not inv.leftovers(snap([pod()], [job(1), still], procs=stray), K8S)
     # and a batch job's leftover is a workload beside the Pod, whatever Slurm says
     batch = [inv.JobProc(901, 10, "n1", T - 3, "chaos-scavenger")]
     assert inv.sharing(snap([pod()], [job(1)], procs=batch), K8S)
-    assert not inv.stray_placeholders(snap([pod()], [job(1)], procs=batch), K8S)
+    assert not inv.leftovers(snap([pod()], [job(1)], procs=batch), K8S)
+
+
+STRAY_9 = inv.JobProc(900, 9, "n1", T - 3, "k8s:ns/old")
+
+
+def _stray_beside(pod_job: inv.Job, **snapshot: object) -> inv.Leftover:
+    s = dataclasses.replace(snap([pod()], [pod_job], procs=[*running([pod_job]), STRAY_9]),
+                            **snapshot)
+    (lo,) = inv.leftovers(s, K8S)
+    return lo
+
+
+def test_a_stray_is_slurms_own_when_slurm_gave_the_node_out_after_losing_its_job() -> None:
+    # n1's slurmd SIGKILLed while placeholder 9 ran (Slurm ended the job without the node),
+    # and squeue has the Pod's own job 1 holding n1: Slurm ran both there
+    lo = _stray_beside(job(1), slurmd_kills=(("n1", T - 2),))
+    assert lo.slurms_own
+    assert any("slurmd on n1 was SIGKILLed" in e for e in lo.evidence)
+    assert any("the Pod's own job 1 (j1, RUNNING) holds n1" in e for e in lo.evidence)
+    assert "squeue: no job 9" in lo.evidence
+    # so does a controller restarted after the placeholder started (its start not saved)
+    lo = _stray_beside(job(1), ctld_since=T - 2)
+    assert lo.slurms_own and any("slurmctld started again" in e for e in lo.evidence)
+
+
+def test_a_stray_nothing_explains_is_counted() -> None:
+    # no restart and no slurmd kill on its node while it ran: nothing the run did explains
+    # Slurm losing job 9, so it is not proven Slurm's own
+    for kills in [(), (("n2", T - 2),), (("n1", T - 5),)]:  # none, another node's, before it
+        lo = _stray_beside(job(1), slurmd_kills=kills)
+        assert not lo.slurms_own, kills
+        assert any("explains Slurm losing job 9" in e for e in lo.evidence)
+    assert not _stray_beside(job(1), ctld_since=T - 4).slurms_own  # restarted before it
+
+
+def test_a_stray_beside_a_pod_slurm_never_put_there_is_counted() -> None:
+    # the Pod's job is on n2 (or still pending), yet the Pod is bound on n1: whatever Slurm
+    # lost, it did not give n1 out again; the Pod was bound where its job was not
+    for pod_job in (job(1, nodes=("n2",)), job(1, state="PENDING", nodes=(), start=0)):
+        lo = _stray_beside(pod_job, slurmd_kills=(("n1", T - 2),), ctld_since=T - 2)
+        assert not lo.slurms_own, pod_job
+        assert "squeue: no job of Pod ns/p holds n1" in lo.evidence
 
 
 def test_a_batch_job_the_crashed_controller_lost_is_slurms_double_booking() -> None:
     # hpc job 36 started at T-3; slurmctld was SIGKILLed before saving that, started again at
-    # T-2 on its old state, and gave n1 to the Pod's job: Slurm's overlap, reported apart
+    # T-2 on its old state, and gave n1 to the Pod's job: Slurm's overlap, judged apart
     lost = [inv.JobProc(936, 36, "n1", T - 3, "chaos-hpc")]
     crashed = dataclasses.replace(snap([pod()], [job(1)], procs=lost), ctld_since=T - 2)
     assert not inv.sharing(crashed, K8S)
-    assert list(inv.slurm_double_booked(crashed, K8S)) == ["36@n1"]
+    (lo,) = inv.leftovers(crashed, K8S)
+    assert (lo.key, lo.kind, lo.slurms_own) == ("36@n1 beside ns/p", inv.LOST_IN_CRASH, True)
     # the id handed out again to another job (Slurm shows 36 elsewhere) changes nothing
     reused = dataclasses.replace(job(36, nodes=("n2",), claim="c36"), name="k8s:ns/q")
-    assert not inv.sharing(dataclasses.replace(crashed, jobs=(job(1), reused)), K8S)
-    # started after the controller came back, it is a sharing like any other
+    again = dataclasses.replace(crashed, jobs=(job(1), reused))
+    assert not inv.sharing(again, K8S)
+    assert inv.leftovers(again, K8S)[0].slurms_own
+    assert any("(the id handed out again)" in e for e in inv.leftovers(again, K8S)[0].evidence)
+    # Slurm with no job of the Pod on n1: not proven, counted
+    (lo,) = inv.leftovers(dataclasses.replace(crashed, jobs=()), K8S)
+    assert not lo.slurms_own
+    # started after the controller came back, it is a sharing like any other; and a batch
+    # job's leftover is not excused by a slurmd kill (a workload beside the Pod)
     assert inv.sharing(dataclasses.replace(crashed, ctld_since=T - 4), K8S)
+    killed = dataclasses.replace(crashed, ctld_since=0.0, slurmd_kills=(("n1", T - 2),))
+    assert inv.sharing(killed, K8S) and not inv.leftovers(killed, K8S)
+
+
+def _booking_observer() -> Observer:
+    obs = Observer.__new__(Observer)  # the bookkeeping alone: no cluster behind it
+    obs.double_bookings, obs.violations, obs.timeline = {}, [], []
+    obs._reported, obs.lock = set(), threading.Lock()
+    return obs
+
+
+def test_a_double_booking_fails_the_run_unless_proven_at_some_sample() -> None:
+    unproven = _stray_beside(job(1))
+    proven = _stray_beside(job(1), slurmd_kills=(("n1", T - 2),))
+    obs = _booking_observer()
+    obs._double_booking(unproven, now=T)
+    obs._double_booking(proven, now=T + 1)  # the next sample completes the proof
+    obs.judge_double_bookings()
+    assert not obs.violations
+    rec = obs.double_bookings["9@n1 beside ns/p"]
+    assert rec["slurms_own"] and rec["seen_s"] == 1.0
+    assert any("slurmd on n1 was SIGKILLed" in e for e in rec["evidence"])  # kept, as proof
+    # never proven: a violation dated at first sight, its observations in the detail
+    obs = _booking_observer()
+    obs._double_booking(unproven, now=T)
+    obs._double_booking(unproven, now=T + 5)
+    obs.judge_double_bookings()
+    (v,) = obs.violations
+    assert (v.rule, v.t) == ("double booking", T)
+    assert "not proven Slurm's own" in v.detail and "squeue: no job 9" in v.detail
+    assert not obs.double_bookings["9@n1 beside ns/p"]["slurms_own"]
 
 
 def test_leaked_and_duplicate_jobs() -> None:
