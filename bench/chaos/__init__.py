@@ -4,7 +4,8 @@ seeded driver kills one component after another; invariants are checked from the
 
 Files by role: invariants.py (the rules, pure functions over one snapshot), observe.py (taking
 snapshots, timing convergence), churn.py (the load), faults.py (what gets killed and how it comes
-back), report.py (the figures), __main__.py (one run per Slurm release)."""
+back), floor.py (the least a run must have done to pass), report.py (the figures),
+__main__.py (one run per Slurm release)."""
 
 # What the fault driver kills, one at a time (kept here: __main__ needs the names before the
 # modules that read the cluster's port offset may be imported).

@@ -1,7 +1,9 @@
 """python -m bench.chaos [--minutes 20] [--seed N] [--versions 26.05,24.11,22.05]
 
 Runs on its own cluster (run dir and ports apart from the default one), so it never touches
-a cluster `make demo` left running. Exit code 1 when any invariant was violated."""
+a cluster `make demo` left running. Exit code 1 when any invariant was violated or the run fell
+short of a floor (bench/chaos/floor.py). The seed and the command that replays the run are
+printed first, and again with each release's figures and in the JSON."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from pathlib import Path
 
 from bench import util
 from bench.chaos import FAULTS
+from bench.chaos.floor import MIN_PODS_BOUND, MIN_PODS_CREATED
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.chaos")
     ap.add_argument("--minutes", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
@@ -30,10 +33,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="binder replicas (with two, the binder fault kills the leader)")
     ap.add_argument("--pods", type=int, default=6, help="marked Pods kept alive by the churn")
     ap.add_argument("--faults", default=",".join(FAULTS),
-                    help=f"which to inject (default all: {','.join(FAULTS)})")
+                    help=f"which to inject (default all: {','.join(FAULTS)}); each must be "
+                    "injected at least once, else the run fails")
+    ap.add_argument("--min-pods-created", type=int, default=MIN_PODS_CREATED,
+                    help="fewer created fails the run (default sized for one short round)")
+    ap.add_argument("--min-pods-bound", type=int, default=MIN_PODS_BOUND,
+                    help="fewer Pods ever bound to a Node fails the run")
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/slurmgate-chaos"))
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "slurmgate" / "chaos")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = parser()
     a = ap.parse_args(argv)
     a.versions = [v for v in a.versions.split(",") if v]
     unknown = set(a.faults.split(",")) - set(FAULTS)

@@ -17,11 +17,19 @@ from pathlib import Path
 from bench.chaos import FAULTS
 from bench.chaos.observe import Admin, Observer, processes
 from cluster import bridge as bridge_mod
-from cluster import kube, proc, slurm_faults
+from cluster import kube, proc, slurm_cluster, slurm_faults
 from cluster.bridge import Bridge
 from cluster.local import Local
 
 SETTLE_TIMEOUT = 180.0  # a fault the cluster has not settled from by then is a violation
+# A fault that found nothing to kill is tried again at the end of its round, this many times in
+# all: what it lacked is mostly a moment's state (a new leader's parse worker not spawned yet,
+# no binder leading while a Lease changes hands), and one miss must not fail the run's floor.
+SKIP_TRIES = 3
+
+
+class Skipped(Exception):
+    """Nothing there for the fault to kill: it did nothing at all."""
 
 
 @dataclass
@@ -31,6 +39,12 @@ class Injected:
     down_s: float
     detail: str = ""
     error: str = ""
+    skipped: str = ""  # why nothing was injected; such a try does not count as injected
+
+    @property
+    def done(self) -> bool:
+        """Killed what it was meant to and brought it back."""
+        return not self.error and not self.skipped
 
 
 class FaultDriver(threading.Thread):
@@ -59,10 +73,9 @@ class FaultDriver(threading.Thread):
         slurm_faults.start_daemon(self.slurm_dir, name)
         return name
 
-    def _slurmd(self, down: float) -> str:
+    def _slurmd(self, node: str, down: float) -> str:
         """A node goes down for Slurm (its jobs fail over), then comes back
         (ReturnToService=2 returns it once its slurmd registers)."""
-        node = self.rng.choice(self.local.slurm.nodes)
         slurm_faults.kill_daemon(self.slurm_dir, f"slurmd-{node}")
         self.obs.slurmd_killed(node)  # evidence for the double-booking verdicts
         self._slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=chaos")
@@ -103,43 +116,85 @@ class FaultDriver(threading.Thread):
 
     def _ours(self, name: str) -> str:
         """SIGKILL, as an OOM kill or a node loss does; then a new process, as a Deployment's
-        controller would start one. Of several binder replicas the leader is killed: a standby
-        takes over once the dead one's Lease expires."""
-        if name == "binder":
-            name = bridge_mod.leading_binder(self.bridge) or "binder"
+        controller would start one. Of several binder replicas the leader is killed (see
+        _target): a standby takes over once the dead one's Lease expires."""
         proc.kill_and_wait(self.bridge.pids[name], name)
         bridge_mod.start_processes(self.bridge, (name,))
         return name
 
-    def _parse_worker(self) -> str:
+    def _leader(self) -> str:
+        leader = bridge_mod.leading_binder(self.bridge)
+        if leader is None:  # killing a standby would not be the fault (the leader's loss)
+            raise Skipped("no binder replica leads")
+        return leader
+
+    def _leader_worker(self) -> tuple[str, int]:
         # the leader's: a standby polls nothing, so it has no worker (the first replica was
         # taken for the leader, and once the other led this fault found nothing to kill)
-        leader = bridge_mod.leading_binder(self.bridge) or "binder"
+        leader = self._leader()
         binder = self.bridge.pids[leader]
         workers = [p for p in processes() if p.ppid == binder and "multiprocessing" in p.cmdline
                    and "resource_tracker" not in p.cmdline]
         if not workers:
-            return "no parse worker running (not spawned yet)"
-        os.kill(workers[0].pid, signal.SIGKILL)
-        return f"parse worker pid {workers[0].pid} ({leader})"
+            raise Skipped(f"no parse worker running under {leader} (not spawned yet)")
+        return leader, workers[0].pid
+
+    def _parse_worker(self) -> str:
+        leader, pid = self._leader_worker()
+        os.kill(pid, signal.SIGKILL)
+        return f"parse worker pid {pid} ({leader})"
+
+    def _target(self, name: str, node: str) -> str:
+        """What the fault is about to kill, checked alive first: Skipped when there is nothing
+        to kill. The kill functions do nothing on a process already gone, and a fault that did
+        nothing must not count as injected: it tested nothing."""
+        if name in ("slurmctld", "slurmrestd", "slurmd"):
+            daemon = f"slurmd-{node}" if name == "slurmd" else name
+            run_dir = self.slurm_dir.resolve()  # as slurm_faults.kill_daemon reads it
+            if not slurm_cluster.ours(run_dir, slurm_cluster.load(run_dir).pids.get(daemon, 0)):
+                raise Skipped(f"{daemon} was not running")
+            return daemon
+        if name in ("kube-apiserver", "etcd"):
+            if not proc.alive(kube.load(self.kube_dir).pids[name]):
+                raise Skipped(f"{name} was not running")
+            return name
+        if name == "parse-worker":
+            leader, pid = self._leader_worker()
+            return f"parse worker pid {pid} ({leader})"
+        target = self._leader() if name == "binder" else name
+        if not proc.alive(self.bridge.pids[target]):  # exited; the supervisor starts it again
+            raise Skipped(f"{target} was not running")
+        return target
 
     def inject(self, name: str) -> Injected:
         down = round(self.rng.uniform(1.0, 8.0), 1)
+        node = ""
         if name == "slurmd":  # long enough for slurmctld to see the node gone
             down = max(down, 5.0)
-        actions: dict[str, Callable[[], str]] = {
-            "slurmctld": lambda: self._slurm_daemon("slurmctld", down),
-            "slurmrestd": lambda: self._slurm_daemon("slurmrestd", down),
-            "slurmd": lambda: self._slurmd(down),
-            "kube-apiserver": lambda: self._control_plane("kube-apiserver", down),
-            "etcd": lambda: self._control_plane("etcd", down),
-            "binder": lambda: self._ours("binder"),
-            "webhook": lambda: self._ours("webhook"),
-            "parse-worker": self._parse_worker,
-        }
+            node = self.rng.choice(self.local.slurm.nodes)
         # our processes and the parse worker are killed and started again at once
         killed_only = name in ("binder", "webhook", "parse-worker")
         rec = Injected(name, time.time(), 0.0 if killed_only else down)
+        try:
+            target = self._target(name, node)
+        except Skipped as e:  # the observer is not told: nothing happened to settle from
+            rec.skipped = str(e)
+            self.obs.note(f"FAULT {name} skipped, nothing injected: {rec.skipped}")
+            return rec
+        except Exception as e:
+            rec.error = f"checking what to kill: {type(e).__name__}: {e}"[:300]
+            self.obs.note(f"FAULT {name} not injected: {rec.error}")
+            return rec
+        actions: dict[str, Callable[[], str]] = {
+            "slurmctld": lambda: self._slurm_daemon("slurmctld", down),
+            "slurmrestd": lambda: self._slurm_daemon("slurmrestd", down),
+            "slurmd": lambda: self._slurmd(node, down),
+            "kube-apiserver": lambda: self._control_plane("kube-apiserver", down),
+            "etcd": lambda: self._control_plane("etcd", down),
+            "binder": lambda: self._ours(target),
+            "webhook": lambda: self._ours("webhook"),
+            "parse-worker": self._parse_worker,  # gone since _target found it: an error
+        }
         self.obs.fault_started(name)
         self.obs.note(f"FAULT {name} (down {rec.down_s}s)")
         try:
@@ -176,16 +231,22 @@ class FaultDriver(threading.Thread):
 
     def run(self) -> None:
         order: list[str] = []
+        tries: dict[str, int] = {}
         while self._pause(self.rng.uniform(*self.gap)):
             if not order and self.rounds is not None and self.rounds_done >= self.rounds:
                 return  # the short variant: this many rounds, then the run ends
             if not order:  # every fault once per round, in a seeded order
                 order = list(self.only)
                 self.rng.shuffle(order)
+                tries = {}
             rec = self.inject(order.pop())
             self.injected.append(rec)
+            if rec.skipped:
+                tries[rec.name] = tries.get(rec.name, 0) + 1
+                if tries[rec.name] < SKIP_TRIES:
+                    order.insert(0, rec.name)  # last in this round (pop takes from the end)
             self.rounds_done += not order
-            if rec.error:
+            if not rec.done:
                 continue
             deadline = time.monotonic() + SETTLE_TIMEOUT
             while self.obs.pending_fault is not None and not self.stop_flag.is_set():

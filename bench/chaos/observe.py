@@ -197,6 +197,7 @@ class Observer(threading.Thread):
         self.double_bookings: dict[str, dict[str, Any]] = {}
         self.ctld_since = 0.0  # when the running slurmctld was started again
         self.slurmd_kills: list[tuple[str, float]] = []  # (Slurm node, when)
+        self.bound: set[str] = set()  # Pods seen bound to a Node at least once
         self._reported: set[tuple[str, str]] = set()
         self.durations = {rule: Durations() for rule in LIMITS}
         self.samples = self.unobservable = 0
@@ -279,6 +280,7 @@ class Observer(threading.Thread):
                 self.note(f"SLURM VIEW ONLY {d}")
         for lo in inv.leftovers(s, self.k8s_node):
             self._double_booking(lo, now)
+        self.bound.update(p.key for p in s.pods if p.node)
         listed = {p.key: p.uid for p in s.pods}
         for key, uid in self.seen.items():
             if key not in listed and key not in deleted:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -19,17 +21,40 @@ def percentile(values: list[float], q: float) -> float | None:
     return v[min(len(v) - 1, round(q * (len(v) - 1)))]
 
 
+def replay_command(a: argparse.Namespace, versions: list[str] | None = None) -> str:
+    """The command that makes the same seeded choices again (`a` as __main__ parsed it): every
+    option that shapes them, explicit, so a changed default cannot change the replay (the run
+    and out dirs and --keep do not). Each release draws from the seed afresh, so one release
+    of a multi-release run replays alone."""
+    argv = ["python", "-m", "bench.chaos", "--seed", str(a.seed),
+            "--versions", ",".join(versions or a.versions), "--minutes", f"{a.minutes:g}",
+            *(["--rounds", str(a.rounds)] if a.rounds is not None else []),
+            "--gap", *(f"{g:g}" for g in a.gap), "--nodes", str(a.nodes),
+            "--binders", str(a.binders), "--pods", str(a.pods), "--faults", a.faults,
+            "--min-pods-created", str(a.min_pods_created),
+            "--min-pods-bound", str(a.min_pods_bound)]
+    return shlex.join(argv)
+
+
 def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
             injected: list[Injected], obs: Observer) -> dict[str, Any]:
     conv = [t for _, t in obs.convergence]
     per_fault: dict[str, list[float]] = {}
     for name, t in obs.convergence:
         per_fault.setdefault(name, []).append(t)
+    skipped: dict[str, list[str]] = {}
+    for i in injected:
+        if i.skipped:
+            skipped.setdefault(i.name, []).append(i.skipped)
     return {
         "slurm_version": version, "seed": seed, "minutes": minutes,
         "pods_created": churn.created, "gangs": churn.gangs, "time_limited": churn.time_limited,
+        "pods_bound": len(obs.bound),
         "pods_deleted": churn.deleted, "creates_refused": churn.create_failed,
-        "batch_jobs": churn.batch_submitted, "faults": dict(Counter(i.name for i in injected)),
+        "batch_jobs": churn.batch_submitted,
+        # injected: killed and brought back; a try that found nothing to kill is in skipped
+        "faults": dict(Counter(i.name for i in injected if i.done)),
+        "faults_skipped": skipped,
         "faults_not_restored": [f"{i.name}: {i.error}" for i in injected if i.error],
         "violations": [vars(v) for v in obs.violations],
         "slurm_view_only": obs.slurm_view_only,
@@ -62,11 +87,15 @@ def _fmt(x: float | None) -> str:
 def table(s: dict[str, Any]) -> str:
     lines = [
         f"== chaos on Slurm {s['slurm_version']}: seed {s['seed']}, {s['minutes']} min",
+        f"replay: {s['replay']}" if s.get("replay") else "",
         f"Pods created {s['pods_created']} (gangs {s['gangs']}, time-limited "
-        f"{s['time_limited']}), deleted {s['pods_deleted']}, creates refused "
-        f"{s['creates_refused']}; batch jobs {s['batch_jobs']}",
+        f"{s['time_limited']}), bound {s['pods_bound']}, deleted {s['pods_deleted']}, creates "
+        f"refused {s['creates_refused']}; batch jobs {s['batch_jobs']}",
         f"faults injected {sum(s['faults'].values())}: "
         + ", ".join(f"{k} {v}" for k, v in sorted(s['faults'].items())),
+        *([("skipped (nothing to kill; not injected): " + "; ".join(
+            f"{k} {len(v)} ({v[-1]})" for k, v in sorted(s["faults_skipped"].items())))]
+          if s["faults_skipped"] else []),
         f"violations: {len(s['violations'])}",
         f"overlaps only in slurmctld's view (no process of the job on the node; not violations):"
         f" {len(s['slurm_view_only'])}",
@@ -84,7 +113,8 @@ def table(s: dict[str, Any]) -> str:
                      + "; ".join(s["nodes_resumed"]))
     if s["faults_not_restored"]:
         lines.append("not restored: " + "; ".join(s["faults_not_restored"]))
-    return "\n".join(lines)
+    lines += [f"FLOOR MISSED: {m}" for m in s.get("floors_missed", ())]
+    return "\n".join(line for line in lines if line)
 
 
 def timelines(obs: Observer, seed: int) -> str:

@@ -5,6 +5,7 @@ left with none of our jobs. Imported after __main__ set the run dir and port off
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.chaos import report
+from bench.chaos import floor, report
 from bench.chaos.churn import CHAOS_LABEL, Churn
 from bench.chaos.faults import FaultDriver
 from bench.chaos.observe import Admin, Observer
@@ -43,6 +44,8 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
                         "metadata": {"name": NAMESPACE}})
         lock = threading.Lock()
         deleted: set[str] = set()
+        # every random choice of the run is drawn from this (the churn's and the fault
+        # driver's streams seeded from it), afresh for each release
         rng = random.Random(a.seed)
         obs = Observer(lc, [NAMESPACE], CHAOS_LABEL, sys.executable, deleted, lock,
                        ready=lambda: bridge_mod.components_ready(b))
@@ -77,9 +80,13 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
         obs.stop()
         obs.final_checks()
         s = report.summary(version, a.seed, a.minutes, churn.stats, faults.injected, obs)
+        s["replay"] = report.replay_command(a, [version])
         s["faults_detail"] = [vars(i) for i in faults.injected]
         s["supervisor_restarts"] = faults.restarts
         s["nodes_resumed"] = faults.resumed
+        s["floor"] = floor.Floor(a.min_pods_created, a.min_pods_bound,
+                                 tuple(a.faults.split(",")))
+        s["floors_missed"] = floor.missed(s, s["floor"])
         print(report.table(s), flush=True)
         if obs.violations:
             print(report.timelines(obs, a.seed), flush=True)
@@ -92,20 +99,32 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
             local_mod.down(a.run_dir)
 
 
+def _json(x: object) -> object:
+    """The floor (a dataclass) as its fields; anything else JSON lacks as text."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.asdict(x)
+    return str(x)
+
+
 def main(a: argparse.Namespace) -> int:
+    # first, so that a run that dies or hangs can still be replayed
+    print(f"chaos seed {a.seed}; replay: {report.replay_command(a)}", flush=True)
     results = []
     for v in a.versions:
         try:
             results.append(one_release(a, v))
         except Exception as e:
             log(f"Slurm {v}: the run itself failed: {type(e).__name__}: {e}")
-            results.append({"slurm_version": v, "error": f"{type(e).__name__}: {e}",
-                            "violations": []})
+            results.append({"slurm_version": v, "seed": a.seed,
+                             "replay": report.replay_command(a, [v]),
+                             "error": f"{type(e).__name__}: {e}", "violations": []})
     out = Path(a.out) / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-seed{a.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str))
+    out.write_text(json.dumps(results, indent=2, default=_json))
     print(f"\nresults: {out}", flush=True)
-    # a component that did not come back fails the run too: its settling was never judged
-    bad = [r for r in results if r.get("error") or r["violations"]
-           or r.get("faults_not_restored")]
+    bad = {r["slurm_version"]: why for r in results if (why := floor.failures(r))}
+    for version, why in bad.items():
+        print(f"chaos FAILED on Slurm {version}: {'; '.join(why)}", flush=True)
+    print(f"chaos {'FAILED' if bad else 'passed'} (seed {a.seed}); replay: "
+          f"{report.replay_command(a, list(bad) or None)}", flush=True)
     return 1 if bad else 0

@@ -1,16 +1,54 @@
-"""A chaos run's seed replays it: the churn meets the same random numbers at the same tick
-whatever the cluster did meanwhile (a refused create, an evicted Pod, an hpc job queued)."""
+"""A chaos run's seed replays it: the printed command carries every option that shapes the
+seeded choices, and the churn meets the same random numbers at the same tick whatever the
+cluster did meanwhile (a refused create, an evicted Pod, an hpc job queued)."""
 
 from __future__ import annotations
 
 import random
+import shlex
 import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from bench.chaos import __main__ as entry
+from bench.chaos import report
 from bench.chaos.churn import Churn, ChurnStats
+
+NOT_REPLAYED = {"-h", "--run-dir", "--out", "--keep"}  # where and whether, not what
+
+
+def test_the_replay_command_parses_back_to_the_same_run() -> None:
+    a = entry.parse_args(["--seed", "1205", "--versions", "26.05,24.11", "--rounds", "1",
+                          "--gap", "5", "12.5", "--minutes", "10", "--binders", "1",
+                          "--pods", "5", "--faults", "etcd,slurmd", "--nodes", "3",
+                          "--min-pods-created", "9", "--min-pods-bound", "4"])
+    argv = shlex.split(report.replay_command(a))
+    assert argv[:3] == ["python", "-m", "bench.chaos"]
+    b = entry.parse_args(argv[3:])
+    skip = {"run_dir", "out", "keep"}
+    assert {k: v for k, v in vars(b).items() if k not in skip} == {
+        k: v for k, v in vars(a).items() if k not in skip}
+    # one release of it, alone
+    one = entry.parse_args(shlex.split(report.replay_command(a, ["24.11"]))[3:])
+    assert one.versions == ["24.11"] and one.seed == 1205
+
+
+def test_every_option_that_shapes_a_run_is_in_its_replay() -> None:
+    # a new option left out of the replay would silently take its default there
+    a = entry.parse_args(["--rounds", "1"])  # the one option whose default is left out
+    replay = shlex.split(report.replay_command(a))
+    for action in entry.parser()._actions:
+        flags = set(action.option_strings)
+        if flags and not flags & NOT_REPLAYED:
+            assert flags & set(replay), f"{sorted(flags)} missing from {replay}"
+
+
+def test_without_a_seed_one_is_drawn_and_kept() -> None:
+    a = entry.parse_args([])
+    assert isinstance(a.seed, int)
+    assert f"--seed {a.seed} " in report.replay_command(a)
 
 
 class Cluster:
