@@ -29,7 +29,7 @@ from slurmgate.slurm import COMPLETING, IN_FLIGHT_STATES, PENDING, RUNNING, JobI
 
 FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
 SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
-HOOK_IDLE_POLL = 10.0  # nothing in flight, and the hook pushed since the last change it missed
+HOOK_IDLE_POLL = 15.0  # nothing in flight, and the hook pushed since the last change it missed
 FULL_EVERY = 3600.0  # the whole list, for jobs of ours no Pod names (binder/config.py)
 FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this often
 # ...and never more than this share of the time, measured by how long the last one took: at

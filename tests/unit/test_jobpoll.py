@@ -203,7 +203,7 @@ async def test_a_preemption_is_noticed_within_a_tenth_of_the_grace_time() -> Non
 
 async def test_a_healthy_hook_does_not_stretch_the_wait_past_a_preemption_read() -> None:
     """Slurm pushes nothing on a preemption: with the hook healthy and nothing in flight, the
-    poller would sleep HOOK_IDLE_POLL (10 s), but a running job in a partition with a GraceTime
+    poller would sleep HOOK_IDLE_POLL (15 s), but a running job in a partition with a GraceTime
     is due its whole read every tenth of it (3 s here)."""
     slurm = Slurm("v0.0.42", [job(1, "RUNNING")])
     t, _ = tracker(slurm)
