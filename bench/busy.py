@@ -23,6 +23,8 @@ the background grows from one to the next), side by side in one run:
               and its node list (GET nodes, the node drift check): wall time, bytes, and the
               CPU of slurmctld + slurmrestd net of the stopped window's rate; amortized over
               their intervals (300 s), that is the binder's one cost that grows with the site
+  start       slurmgate started; the windows below wait until the binder has read its first
+              whole job list (minutes at 50,000 jobs; its cost is the "lists" figure above)
   idle        slurmgate running, nothing of ours: a window with slurmctld's push hook on, one
               with it off (polls alone): its slurmrestd requests/s, bytes/s and p50/p99 by
               method and endpoint (its slurmgate_{binder,webhook}_slurmrestd_* metrics), its own

@@ -53,6 +53,23 @@ async def scrape(env: Env) -> dict[str, Samples]:
     return out
 
 
+async def wait_first_whole_list(env: Env, limit: float = 900.0) -> float:
+    """Until the binder has read Slurm's whole job list once (it reads one as it starts: at
+    50,000 jobs that takes minutes, measured apart, made directly, in seg["whole_list"]), so
+    the windows after it measure the binder's steady cost, not its start; seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        try:
+            samples = await env.binder_metrics()
+        except Exception:  # not answering yet
+            samples = []
+        if any(name.startswith("slurmgate_binder_slurm_polls") and labels.get("outcome") == "full"
+               and value >= 1 for name, labels, value in samples):
+            return round(time.monotonic() - t0, 1)
+        await asyncio.sleep(1.0)
+    raise TimeoutError(f"the binder read no whole job list within {limit:.0f} s")
+
+
 async def window(env: Env, watched: Watched, seconds: float, running: bool) -> dict[str, Any]:
     """`seconds` of whatever runs now: CPU (% of a core) of Slurm's daemons and of ours, RSS,
     and (slurmgate running) its slurmrestd requests by endpoint."""

@@ -24,6 +24,7 @@ from bench.busy_phases import (
     pods_in_flight,
     scrape,
     slurm_floor,
+    wait_first_whole_list,
     whole_lists,
     window,
 )
@@ -168,6 +169,9 @@ async def segment(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge, load: For
         log(f"N={n}: whole lists {summary_of(seg['whole_list'])}")
         await start_slurmgate(b)
         await asyncio.sleep(SETTLE_START_S)
+        seg["binder_start_whole_list_s"] = await wait_first_whole_list(env)
+        log(f"N={n}: the binder read its first whole list "
+            f"{seg['binder_start_whole_list_s']} s after it started")
         await running_phases(env, lc, b, a, n, seg)
     finally:
         seg["churn"] = await load.stop_churn()
