@@ -117,7 +117,7 @@ class FaultDriver(threading.Thread):
     def _ours(self, name: str) -> str:
         """SIGKILL, as an OOM kill or a node loss does; then a new process, as a Deployment's
         controller would start one. Of several binder replicas the leader is killed (see
-        _target): a standby takes over once the dead one's Lease expires."""
+        _what_to_kill): a standby takes over once the dead one's Lease expires."""
         proc.kill_and_wait(self.bridge.pids[name], name)
         bridge_mod.start_processes(self.bridge, (name,))
         return name
@@ -144,7 +144,7 @@ class FaultDriver(threading.Thread):
         os.kill(pid, signal.SIGKILL)
         return f"parse worker pid {pid} ({leader})"
 
-    def _target(self, name: str, node: str) -> str:
+    def _what_to_kill(self, name: str, node: str) -> str:
         """What the fault is about to kill, checked alive first: Skipped when there is nothing
         to kill. The kill functions do nothing on a process already gone, and a fault that did
         nothing must not count as injected: it tested nothing."""
@@ -176,7 +176,7 @@ class FaultDriver(threading.Thread):
         killed_only = name in ("binder", "webhook", "parse-worker")
         rec = Injected(name, time.time(), 0.0 if killed_only else down)
         try:
-            target = self._target(name, node)
+            target = self._what_to_kill(name, node)
         except Skipped as e:  # the observer is not told: nothing happened to settle from
             rec.skipped = str(e)
             self.obs.note(f"FAULT {name} skipped, nothing injected: {rec.skipped}")
@@ -193,7 +193,7 @@ class FaultDriver(threading.Thread):
             "etcd": lambda: self._control_plane("etcd", down),
             "binder": lambda: self._ours(target),
             "webhook": lambda: self._ours("webhook"),
-            "parse-worker": self._parse_worker,  # gone since _target found it: an error
+            "parse-worker": self._parse_worker,  # gone since _what_to_kill found it: an error
         }
         self.obs.fault_started(name)
         self.obs.note(f"FAULT {name} (down {rec.down_s}s)")
