@@ -113,9 +113,8 @@ class Schedule:
         stale = set(sorted((i for i in ask & set(known) if known[i].state == PENDING
                             and now - self.detail_at.get(i, float("-inf")) >= DETAIL_EVERY),
                            key=lambda i: self.detail_at.get(i, float("-inf")))[:STALE_PER_TICK])
-        preemptible = {i for i, j in known.items() if j.state == RUNNING and not j.preempted
-                       and (g := (grace or {}).get(j.partition))
-                       and now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
+        preemptible = {i for i, g in watched_for_preemption(known, grace)
+                       if now - self.detail_at.get(i, float("-inf")) >= preempt_every(g)}
         return Plan(full=full, ids=ask | preemptible,
                     detail=new | pushed_ids | stale | preemptible)
 
@@ -124,8 +123,7 @@ class Schedule:
         """Seconds until a running job of ours in a GraceTime partition is due its whole read
         (inf: none): the poller never sleeps past it, however quiet the rest is."""
         due = [self.detail_at.get(i, float("-inf")) + preempt_every(g) - now
-               for i, j in known.items() if j.state == RUNNING and not j.preempted
-               and (g := (grace or {}).get(j.partition))]
+               for i, g in watched_for_preemption(known, grace)]
         return min(due, default=float("inf"))
 
     def done_full(self, sent: float, listed: Iterable[int], took: float = 0.0) -> None:
@@ -151,6 +149,16 @@ class Schedule:
         for i in ids:
             self.gone.add(i)
             self.detail_at.pop(i, None)
+
+
+def watched_for_preemption(known: Mapping[int, JobInfo], grace: Mapping[str, int] | None
+                           ) -> Iterable[tuple[int, int]]:
+    """(job id, GraceTime) of each running, not yet preempted job of ours in a partition with
+    a GraceTime: the jobs read whole every preempt_every(GraceTime), which the plan asks for and
+    the poller's sleep never passes."""
+    for i, j in known.items():
+        if j.state == RUNNING and not j.preempted and (g := (grace or {}).get(j.partition)):
+            yield i, g
 
 
 def changed(known: JobInfo | None, flags: frozenset[str]) -> bool:
