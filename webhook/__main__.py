@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 from collections.abc import Sequence
+from functools import partial
 
 from slurmgate import logs
 from slurmgate.config import ConfigError
@@ -33,6 +34,11 @@ log = logging.getLogger("slurmgate.webhook")
 
 # within the Pod's default terminationGracePeriodSeconds (30 s), beyond one Slurm client timeout
 DRAIN_SECONDS = 6.0
+# How long a submit's request may run. An admission waits answer_within (5 s) for it; a denied
+# Pod's submit goes on, so a job slurmctld makes when it is back is named by the answer and
+# cancelled. slurmrestd holds a request while slurmctld restarts (chaos: 7-12 s); past this
+# the binder's whole list is the safety net.
+LATE_ANSWER = 120.0
 
 
 async def run(cfg: WebhookConfig) -> None:
@@ -46,8 +52,9 @@ async def run(cfg: WebhookConfig) -> None:
                           on_state=metrics.TENANCY.on_state,
                           on_error=metrics.TENANCY.on_error)
     orphans = OrphanWatch(kube, slurm.cancel, slurm.job)
-    admitter = Admitter(slurm.submit, lambda: inventory.current, settings, OwnerLookup(kube),
-                        policy.current, on_submitted=orphans.admitted)
+    admitter = Admitter(partial(slurm.submit, seconds=LATE_ANSWER), lambda: inventory.current,
+                        settings, OwnerLookup(kube), policy.current,
+                        on_submitted=orphans.admitted)
 
     def ready() -> tuple[bool, str]:
         return readiness(inventory.current is not None, settings.fail_open, policy.state)

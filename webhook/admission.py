@@ -32,6 +32,8 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 # A Pod copied from another may carry our status annotations: never trust them.
 STALE = contract.STATUS_ANNOTATIONS
+# A handed-off submit is dropped this long after it began, before the binder may submit itself
+HANDOFF_LIMIT = contract.SUBMIT_HANDOFF_GRACE - 5.0
 
 
 async def _no_lookup(path: str) -> dict[str, Any] | None:
@@ -54,6 +56,12 @@ class Settings:
     # slowly while it starts jobs; a site may prefer fast Pod creates to an error at create
     # time when Slurm turns out to be down (the Pod then waits, gated, for the binder).
     submit_budget: float = 0.0
+    # Longest an admission waits for the submit's answer when it does not hand off (seconds).
+    # A denied Pod's submit goes on past it (up to the Slurm client's own limit, LATE_ANSWER
+    # in webhook/__main__.py): slurmctld may still make the job once it is back, and only the
+    # answer names it, so the job is cancelled then rather than left to the binder's rare
+    # whole list (chaos, 22.05-26.05: a slurmctld restart made a denied Pod's job 12 s later).
+    answer_within: float = 5.0
     # a Pod whose terminationGracePeriodSeconds outlasts its partition's preemption GraceTime
     # (webhook/grace.py): its grace lowered, or the Pod refused
     long_grace: LongGrace = LongGrace.CLAMP
@@ -268,16 +276,22 @@ class Admitter:
         submit = asyncio.ensure_future(self._timed_submit(job, pod_ref))
         self.in_flight.add(submit)
         submit.add_done_callback(self.in_flight.discard)
-        budget = self.settings.submit_budget
+        budget, within = self.settings.submit_budget, self.settings.answer_within
         # after Slurm was unreachable, wait for its answer again: a denial says more than a
         # Pod gated on a submit that is likely to fail
         if budget > 0 and not self._slurm_away:
             await asyncio.wait((submit,), timeout=budget)
             if not submit.done():
+                # the binder submits after SUBMIT_HANDOFF_GRACE: this one must be over by then
+                asyncio.get_running_loop().call_later(HANDOFF_LIMIT - budget, submit.cancel)
                 return self._hand_off(uid, submit, pod_orig, annotations, namespace, pod_ref,
                                       warnings, grace)
+        await asyncio.wait((submit,), timeout=within)
+        if not submit.done():
+            return self._unanswered(uid, submit, job, pod_orig, annotations, namespace, pod_ref,
+                                    warnings, grace)
         try:
-            job_id = await submit
+            job_id = submit.result()
         except SlurmError as e:
             return self._submit_failed(uid, e, job, pod_orig, annotations, warnings, grace)
         faults.point("webhook_after_submit")
@@ -313,6 +327,34 @@ class Admitter:
                         "submitted when Slurm answers again")
         return _response(uid, True, patch=gate_pod(pod, annotations, STALE, grace=grace),
                          warnings=tuple(warnings))
+
+    def _unanswered(self, uid: str, submit: asyncio.Task[int], job: JobSpec,
+                    pod: dict[str, Any], annotations: dict[str, str], namespace: str,
+                    pod_ref: str, warnings: list[str], grace: int | None) -> dict[str, Any]:
+        """No answer within answer_within. Fail-open: the request is dropped and the binder
+        submits when Slurm answers (it also reads the whole list for a job the dropped request
+        may still make). Fail-closed: the Pod is denied, and the submit goes on, so that a job
+        Slurm makes for it all the same is cancelled (webhook/orphans.py) when its answer comes."""
+        self._slurm_away = True
+        e = SlurmUnavailable(f"submit job {job.name!r}: slurmrestd did not answer within "
+                             f"{self.settings.answer_within:g}s")
+        log.warning("slurm submit failed", extra=kv(pod=pod_ref, error=str(e)))
+        if self.settings.fail_open:
+            submit.cancel()
+            metrics.SUBMIT_ERRORS.inc()  # a submit that goes on counts its own end
+        else:
+            claim = annotations[contract.A_CLAIM]
+            submit.add_done_callback(lambda t: self._late_answer(t, namespace, claim, pod_ref))
+        return self._submit_failed(uid, e, job, pod, annotations, warnings, grace)
+
+    def _late_answer(self, task: asyncio.Task[int], namespace: str, claim: str,
+                     pod_ref: str) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # no job was made (logged by _timed_submit)
+        log.warning("slurm made the job of a Pod denied for want of its answer; it is "
+                    "cancelled once the Pod is confirmed absent",
+                    extra=kv(pod=pod_ref, job=task.result(), claim=claim))
+        self._on_submitted(namespace, claim, task.result())
 
     async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:
         t0 = time.perf_counter()

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from slurmgate import jsonpool
+from slurmgate.logs import kv
 from slurmgate.slurm import dialects
 from slurmgate.slurm.dialects import (
+    QUEUED_ANYWAY,
     SUPPORTED_VERSIONS,
     Dialect,
     num,
@@ -24,6 +26,7 @@ from slurmgate.slurm.dialects import (
     parse_node,
     parse_partition,
     status_errors,
+    submitted_id,
     text,
 )
 from slurmgate.slurm.models import (
@@ -33,6 +36,7 @@ from slurmgate.slurm.models import (
     PartitionInfo,
     SlurmError,
     SlurmIgnoredField,
+    SlurmRefused,
     SlurmUnavailable,
 )
 from slurmgate.slurm.restmetrics import RestMetrics
@@ -157,29 +161,50 @@ class SlurmClient:
         """The JSON body for POST /job/submit in the server's dialect (tests, dry runs)."""
         return dialects.submit_body(await self.dialect(), spec)
 
-    async def submit(self, spec: JobSpec) -> int:
+    async def submit(self, spec: JobSpec, seconds: float | None = None) -> int:
+        """The id of the job Slurm made. ``seconds``: how long the request may take (default:
+        the client's timeout)."""
         base, d = await self._base()
         what = f"submit job {spec.name!r}" + (f" as user {spec.user!r}" if spec.user else "")
         try:
             # as the tenant's user, if the job has one; everything else stays the service's
             _, data = await self._request(
                 "POST", f"{base}/job/submit", what=what, body=dialects.submit_body(d, spec),
-                user=spec.user)
+                user=spec.user, seconds=seconds)
+        except SlurmRefused as e:
+            made = submitted_id(e.answer or {})
+            if made <= 0:
+                raise
+            if set(e.errnos) and set(e.errnos) <= QUEUED_ANYWAY:
+                # slurmctld queued the job as asked and answered an error all the same
+                # (proc_req.c): it waits like any pending job, so it is ours, never a refusal
+                # that would leave it behind (chaos, 22.05: "Required node not available"
+                # while the slurmds re-register after a slurmctld restart)
+                log.warning("slurm made the job and answered with errors", extra=kv(
+                    job=made, job_name=spec.name, errors="; ".join(e.errors)))
+                return made
+            # a job made from a body Slurm misread (24.11's v0.0.41 answers an unknown flag
+            # with 500, errors[] and the job's id): not what we asked, so taken back
+            await asyncio.shield(self._take_back(made, e))  # even if the submit is dropped
+            raise
         except SlurmIgnoredField as e:
             # The job exists but is not what we asked for (e.g. not exclusive): take it back.
-            bad = _job_id(e.answer)
+            bad = submitted_id(e.answer or {})
             if bad > 0:
-                try:
-                    await self.cancel(bad)
-                except SlurmError as ce:
-                    e.errors.append(f"and cancelling the job it made ({bad}) failed: {ce}")
-                else:
-                    e.errors.append(f"the job it made ({bad}) was cancelled")
+                await asyncio.shield(self._take_back(bad, e))
             raise
-        job_id = _job_id(data or {})
+        job_id = submitted_id(data or {})
         if job_id <= 0:
             raise SlurmError(f"{what}: slurmrestd returned no job_id")
         return job_id
+
+    async def _take_back(self, job_id: int, e: SlurmError) -> None:
+        try:
+            await self.cancel(job_id)
+        except SlurmError as ce:
+            e.errors.append(f"and cancelling the job it made ({job_id}) failed: {ce}")
+        else:
+            e.errors.append(f"the job it made ({job_id}) was cancelled")
 
     async def _server_time(self, base: str) -> int:
         _, data = await self._request("GET", f"{base}/diag", what="diag (server time)")
@@ -379,11 +404,3 @@ class SlurmClient:
     async def resume(self, node: str) -> None:
         await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}")
 
-
-def _job_id(data: Mapping[str, Any]) -> int:
-    job_id = num(data.get("job_id"), -1)
-    if job_id <= 0:
-        result = data.get("result")
-        if isinstance(result, Mapping):
-            job_id = num(result.get("job_id"), -1)
-    return job_id

@@ -374,3 +374,19 @@ def no_changes(data: Mapping[str, Any]) -> bool:
         return True
     return any("No job changes since" in text(w.get("description"))
                for w in data.get("warnings") or [] if isinstance(w, Mapping))
+
+# Errors slurmctld answers a submit with while it queues the job all the same, with its id
+# (slurmctld/proc_req.c): ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE, ESLURM_JOB_HELD,
+# ESLURM_RESERVATION_NOT_USABLE, ESLURM_NODE_NOT_AVAIL, ESLURM_QOS_THRES (slurm_errno.h)
+QUEUED_ANYWAY = frozenset({2015, 2042, 2056, 2068, 2074})
+
+
+def submitted_id(answer: Mapping[str, Any]) -> int:
+    """The id of the job a submit's answer names (v0.0.38: job_id; later: also result.job_id);
+    -1 if none. An error answer may name one too (QUEUED_ANYWAY, or a body Slurm misread)."""
+    job_id = num(answer.get("job_id"), -1)
+    if job_id <= 0:
+        result = answer.get("result")
+        if isinstance(result, Mapping):
+            job_id = num(result.get("job_id"), -1)
+    return job_id

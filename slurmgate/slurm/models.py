@@ -194,6 +194,8 @@ class SlurmError(Exception):
         self.status = status
         self.errors = list(errors or [])
         self.errnos: list[int] = []
+        # the answer's JSON, when it had one: an error answer may still name what Slurm made
+        self.answer: dict[str, Any] | None = None
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -320,5 +320,7 @@ def _checked(what: str, status: int, raw: bytes, data: dict[str, Any] | None,
     said = bool(errors)
     if not said and snippet.strip():
         errors = [snippet.strip()[:500]]
-    raise _failure(what, status, errors, errnos, said=said,
+    err = _failure(what, status, errors, errnos, said=said,
                    unreachable=status >= 500 and data is None)
+    err.answer = data
+    raise err

@@ -172,8 +172,9 @@ def start_slurm(local: Local, name: str, clear_state: bool = False) -> float:
     local.slurm.pids[name] = slurm_faults.start_daemon(local.slurm.run_dir, name,
                                                        clear_state=clear_state)
     if name == "slurmctld":
-        # until the slurmds re-register, Slurm refuses submits ("Required node not
-        # available", errno 2068) and the webhook denies with that text: documented behaviour
+        # until the slurmds re-register, Slurm answers submits with "Required node not
+        # available" (errno 2068): where the answer names a job (22.05 queues it anyway) the
+        # Pod is admitted, else denied with that text (documented behaviour)
         wait_until("slurmds re-registered", lambda: all(
             not st.endswith("*") and st not in ("unk", "down") for st in (
                 line.split()[1] for line in slurm_cli(

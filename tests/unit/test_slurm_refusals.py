@@ -216,3 +216,66 @@ async def test_binder_event_of_a_refused_submit_is_slurms_words() -> None:
     assert message == (f"Slurm refused the placeholder job: {INVALID_ACCOUNT} (errno 2045) "
                        "(account team-a, partition k8s, Slurm user team-a)")
     assert kube.patches == []  # no job id recorded: there is no job
+
+
+# --------------------------------------------- a job Slurm made although it answered an error
+
+
+@asynccontextmanager
+async def recording_server(status: int, answer: dict[str, Any],
+                           calls: list[tuple[str, str]]) -> AsyncIterator[str]:
+    """Like json_server, recording each request's method and path (a cancel is a DELETE)."""
+    async def handle(request: web.Request) -> web.Response:
+        calls.append((request.method, request.path_qs))
+        if request.method == "DELETE":
+            return web.json_response({"errors": [], "warnings": []})
+        return web.json_response(answer, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+NODE_NOT_AVAIL = {"error_code": 2068,
+                  "error": "Required node not available (down, drained or reserved)"}
+
+
+async def test_a_job_slurm_queued_with_an_error_is_ours(token: Path) -> None:
+    """22.05 after a slurmctld restart (chaos seed 733195740): the submit answered "Required
+    node not available" and the job's id. The job waits like any pending one: the submit
+    returns it, never a refusal that would leave a job no Pod names."""
+    calls: list[tuple[str, str]] = []
+    async with recording_server(500, {"errors": [NODE_NOT_AVAIL], "job_id": 4},
+                                calls) as url:
+        async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
+            assert await c.submit(SPEC) == 4
+    assert [m for m, _ in calls] == ["POST"]
+
+
+async def test_a_job_made_from_a_misread_body_is_taken_back(token: Path) -> None:
+    """Any other error beside a job id: the job is not what we asked (24.11's v0.0.41 made
+    one without the exclusive flag it could not parse), so it is cancelled and the submit
+    fails, saying so."""
+    calls: list[tuple[str, str]] = []
+    flag = {"description": 'Unknown flag "exclusive"', "error_number": 9207,
+            "error": "Data parser unable to parse invalid flag"}
+    async with recording_server(500, {"errors": [flag], "job_id": 3}, calls) as url:
+        async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
+            with pytest.raises(SlurmRefused) as ei:
+                await c.submit(SPEC)
+    assert "(3) was cancelled" in str(ei.value)
+    assert ("DELETE", f"/slurm/{API}/job/3?signal=KILL") in calls
+
+
+async def test_a_refusal_without_a_job_cancels_nothing(token: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    async with recording_server(500, {"errors": [NODE_NOT_AVAIL]}, calls) as url:
+        async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
+            with pytest.raises(SlurmRefused):
+                await c.submit(SPEC)
+    assert [m for m, _ in calls] == ["POST"]

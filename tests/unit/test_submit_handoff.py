@@ -16,7 +16,7 @@ from slurmgate import contract
 from slurmgate.binder import decide as state
 from slurmgate.config import ConfigError
 from slurmgate.slurm import JobSpec, SlurmClient, SlurmError, SlurmUnavailable
-from slurmgate.webhook import config, metrics
+from slurmgate.webhook import admission, config, metrics
 from slurmgate.webhook.admission import Admitter, Settings
 from tests.unit.fakes import marked_pod, node_map, review
 
@@ -206,3 +206,71 @@ def test_grace_covers_the_webhooks_longest_submit() -> None:
     timeout = inspect.signature(SlurmClient).parameters["timeout"].default
     assert contract.SUBMIT_HANDOFF_GRACE > 3 * timeout
     assert W.handoff_grace == contract.SUBMIT_HANDOFF_GRACE
+
+
+# ------------------------------------------------ a submit that outlives its admission
+
+
+def denied_admitter(s: HeldSubmit, seen: list[tuple[str, str, int]],
+                    **kw: object) -> Admitter:
+    nm = node_map()
+    return Admitter(s, lambda: nm, Settings(answer_within=0.05, **kw),  # type: ignore[arg-type]
+                    on_submitted=lambda ns, claim, job: seen.append((ns, claim, job)))
+
+
+async def test_a_denied_pods_job_made_later_is_reported_for_cancelling() -> None:
+    """Fail-closed, Slurm silent past answer_within (chaos: slurmctld restarting): the Pod is
+    denied, but the submit goes on; when slurmctld makes the job after all, its answer names
+    it, and it is handed to the orphan watch, which cancels it (the Pod never existed)."""
+    s, seen = HeldSubmit(), list[tuple[str, str, int]]()
+    a = denied_admitter(s, seen)
+    out = await asyncio.wait_for(a.review(review(marked_pod())), 5)
+    assert out["response"]["allowed"] is False
+    assert out["response"]["status"]["reason"] == "SlurmUnavailable"
+    assert "did not answer within 0.05s" in out["response"]["status"]["message"]
+    (task,) = a.in_flight
+    assert seen == []
+    s.release.set()
+    await asyncio.wait_for(a.drain(), 5)
+    (spec,) = s.specs
+    assert task.result() == 501
+    assert seen == [("default", contract.claim_from_comment(spec.comment), 501)]
+
+
+async def test_a_late_refusal_reports_nothing() -> None:
+    s, seen = HeldSubmit(fail="Invalid account"), list[tuple[str, str, int]]()
+    a = denied_admitter(s, seen)
+    out = await asyncio.wait_for(a.review(review(marked_pod())), 5)
+    assert out["response"]["allowed"] is False
+    s.release.set()
+    await asyncio.wait_for(a.drain(), 5)
+    assert seen == [] and not a.in_flight
+
+
+async def test_fail_open_drops_the_unanswered_submit() -> None:
+    """Fail-open: the Pod is gated SubmitPending and the binder submits; the webhook's request
+    is dropped (the binder reads the whole list for a job it may still make)."""
+    s, seen = HeldSubmit(), list[tuple[str, str, int]]()
+    a = denied_admitter(s, seen, fail_open=True)
+    pod = marked_pod()
+    out = await asyncio.wait_for(a.review(review(pod)), 5)
+    ann = gated_annotations(pod, out)
+    assert ann[contract.A_JOB_STATE] == contract.JOB_STATE_SUBMIT_PENDING
+    assert not a.in_flight or all(t.cancelled() or t.cancelling() for t in a.in_flight)
+    await asyncio.wait_for(a.drain(), 5)
+    assert seen == [] and not a.in_flight
+
+
+async def test_a_handed_off_submit_ends_before_the_binder_may_submit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handed-off submit Slurm never answers is dropped at HANDOFF_LIMIT, before the binder
+    may submit the Pod's job itself (two jobs for one Pod otherwise)."""
+    assert admission.HANDOFF_LIMIT < contract.SUBMIT_HANDOFF_GRACE
+    monkeypatch.setattr(admission, "HANDOFF_LIMIT", 0.1)
+    s = HeldSubmit()
+    a = admitter(s, budget=0.02)
+    out = await asyncio.wait_for(a.review(review(marked_pod())), 5)
+    assert out["response"]["allowed"] is True
+    (task,) = a.in_flight
+    await asyncio.wait_for(asyncio.wait({task}), 5)  # never released: only the limit ends it
+    assert task.cancelled() and s.specs
