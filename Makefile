@@ -66,7 +66,7 @@ typecheck: venv
 UNIT ?= 1
 test: deps lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(UNIT)),--ignore=tests/unit) \
-	  $(PYTEST_ARGS)
+	  --durations=15 $(PYTEST_ARGS)
 
 # needs no cluster and no deps beyond the venv: seconds on a warm machine
 test-unit: venv
@@ -78,12 +78,15 @@ test-e2e: deps
 test-faults: deps
 	$(PYTHON) -m pytest -q -m faults tests/e2e $(PYTEST_ARGS)
 
-# The whole e2e suite, fault variants included, on each Slurm release in $(MATRIX).
+# The e2e suite, fault variants included, on each Slurm release in $(MATRIX); the tests whose
+# subject does not change with the release (marked kube_side) ran on 26.05 in `make test`.
 test-matrix: deps lint typecheck
 	@set -e; for v in $(MATRIX); do \
 	  echo "=== e2e on Slurm $$v"; \
 	  $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; \
-	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS); \
+	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    -m "not faults and not incluster and not kube_side" \
+	    --durations=15 tests/e2e $(PYTEST_ARGS); \
 	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider \
 	    -m faults tests/e2e $(PYTEST_ARGS); \
 	done
@@ -95,7 +98,8 @@ test-matrix: deps lint typecheck
 # deployment (SLURMGATE_E2E_DEPLOY=incluster; tests marked hostprocs skip there).
 test-incluster: deps
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m incluster tests/e2e $(PYTEST_ARGS)
-	SLURMGATE_E2E_DEPLOY=incluster $(PYTHON) -m pytest -q -p no:cacheprovider -rs tests/e2e \
+	SLURMGATE_E2E_DEPLOY=incluster $(PYTHON) -m pytest -q -p no:cacheprovider -rs --durations=15 \
+	  --ignore=tests/e2e/test_bench_smoke.py tests/e2e \
 	  $(PYTEST_ARGS)
 
 # Re-record the real slurmrestd answers the unit tests replay (every release in $(MATRIX)).

@@ -7,7 +7,7 @@ import pytest
 from cluster.bridge import Bridge
 from tests.e2e.conftest import Kubectl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_side]
 SA = "system:serviceaccount:slurmgate-system:slurmgate"
 
 

@@ -22,7 +22,7 @@ from cluster.local import Local
 from slurmgate import contract
 from tests.e2e.conftest import Kubectl, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_side]
 
 
 def _addr(bridge: Bridge) -> tuple[str, int]:
