@@ -196,6 +196,9 @@ class Controller:
             for p in d.members:
                 await self.events.emit(p, d.reason, d.message, warning=True)
                 if await act.submit_pod(p) is not None:  # refused by the tenancy policy
+                    # said on the Pod, so that its given-back job's end (ours) never evicts
+                    # it, across restarts too: it waits for the policy to allow a new one
+                    await act.set_status(p, {contract.A_JOB_STATE: contract.JOB_STATE_GIVEN_BACK})
                     self._refused.add(req)
                     self.queue.add_after(req, actions.TENANCY_RETRY)
         else:  # EVICT, CANCEL, RELEASE: let go of Nodes and jobs

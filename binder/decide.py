@@ -103,6 +103,8 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     holders = tuple(sorted((p for p in u.members if live(p) and claim_of(p) == claim),
                            key=rank_key))
     job = job_of(claim)
+    if job is not None and _given_back(job, holders):
+        job = None  # the job we cancelled to start over: the Pod waits for its new one
     if job is None:
         return _without_job(u, claim, holders, w)
     if _newer_job_submitted(claim, holders, job, w) or _claim_arriving(u, claim, holders, w):
@@ -201,10 +203,20 @@ def _without_claim(u: Unit, w: World) -> Decision:
     return Decision(WAIT, requeue_after=max(1.0, w.group_timeout - waited))
 
 
+def _given_back(job: JobInfo, holders: tuple[Pod, ...]) -> bool:
+    """Every holder still names `job` but says it was given back (cancelled by us; the new
+    submit was refused): whatever Slurm says of it now (ended, or RUNNING until the cancel
+    shows), it is not the Pod's, which is held for a new job, never evicted or bound to it."""
+    return bool(holders) and all(
+        not bound(p) and ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_GIVEN_BACK
+        and ann(p).get(contract.A_JOB_ID) == str(job.job_id) for p in holders)
+
+
 def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Decision:
     gated = tuple(p for p in holders if not bound(p))
     named = [p for p in holders if ann(p).get(contract.A_JOB_ID)
-             and ann(p).get(contract.A_JOB_STATE) != contract.JOB_STATE_SUBMIT_PENDING]
+             and ann(p).get(contract.A_JOB_STATE) not in (contract.JOB_STATE_SUBMIT_PENDING,
+                                                          contract.JOB_STATE_GIVEN_BACK)]
     if not named and gated and (left := handoff_left(gated, w.now, w.handoff_grace)) > 0:
         # the webhook's submit outlived its budget and may still land: its job carries the
         # claim, so the poll that sees it brings the Pod back here

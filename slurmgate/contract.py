@@ -69,6 +69,9 @@ JOB_STATE_SUBMITTING = "Submitting"
 SUBMIT_HANDOFF_GRACE = 20.0
 JOB_STATE_GROUP_PENDING = "GroupPending"  # a gang's job is submitted once all members are there
 JOB_STATE_DRY_RUN = "DryRun"  # a dryRun create: nothing was submitted
+# The Pod's job (still A_JOB_ID) was given back to Slurm (a cordoned Node, GPUs that never
+# showed) and the tenancy policy refuses its new one for now: submitted when the policy allows
+JOB_STATE_GIVEN_BACK = "GivenBack"
 
 # --- Event reasons on Pods (`kubectl describe pod`; users and alerts match on them) ---
 EV_JOB_SUBMITTED = "SlurmJobSubmitted"

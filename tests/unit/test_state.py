@@ -272,3 +272,22 @@ def test_the_binders_own_submit_stands_until_the_pods_annotation_arrives() -> No
     assert state.decide(state.Unit.single(lagging), lambda _: ended, stale).action == state.EVICT
     older = dataclasses.replace(W, submitted={"c1": (6, NOW - 1)})
     assert state.decide(state.Unit.single(lagging), lambda _: ended, older).action == state.EVICT
+
+
+def test_a_pod_whose_job_was_given_back_waits_for_a_new_one() -> None:
+    """Given back (a cordoned Node) and the new submit refused by the tenancy policy: the Pod
+    says so (GivenBack) and still names job 7. Job 7's end is ours: the Pod is submitted again
+    (held while the policy refuses), never evicted for it, nor bound into it while the cancel
+    has not shown yet. Without that word the cancelled job would evict it."""
+    given_back = pod(A_JOB_STATE=contract.JOB_STATE_GIVEN_BACK)
+    for j in (job("CANCELLED"), job("COMPLETING", ("n2",)), job("RUNNING", ("n1",))):
+        d = decide(given_back, j, W)
+        assert (d.action, d.reason) == (state.SUBMIT, contract.EV_JOB_SUBMITTED), j.state
+    assert decide(pod(), job("CANCELLED"), W).action == state.EVICT
+    # a newer job of the claim (the policy allowed it) is the Pod's own again
+    newer = pod(A_JOB_ID="8", A_JOB_STATE="PENDING")
+    assert decide(newer, dataclasses.replace(job("RUNNING", ("n1",)), job_id=8), W).action \
+        == state.BIND
+    # bound Pods are never covered by the word: their job's end takes the Node back
+    bound_pod = pod(False, "kwok-n1", "Running", A_JOB_STATE=contract.JOB_STATE_GIVEN_BACK)
+    assert decide(bound_pod, job("CANCELLED"), W).action == state.EVICT

@@ -293,3 +293,28 @@ async def test_a_gang_never_adopts_a_job_the_binder_cancelled() -> None:
     assert await fresh.submit_group("team-a/g", gang("team-a"), lambda: [old]) is None
     assert fresh.slurm.specs == [] and all(  # type: ignore[attr-defined]
         patch["metadata"]["annotations"][contract.A_JOB_ID] == "122" for _, patch in kube.patches)
+
+
+async def test_a_refused_resubmit_marks_the_pod_given_back() -> None:
+    """Its job given back (here: allocated on a cordoned Node) and cancelled, the Pod's new
+    submit is refused by the policy: the Pod says GivenBack, so the cancelled job's end never
+    evicts it (binder/decide.py), and it is looked at again when the policy may allow it."""
+    from slurmgate.binder import decide
+
+    c = Controller(kube=object(), slurm=object())  # type: ignore[arg-type]
+    act, _, events, kube = actions(READY)
+    act.slurm = CancellingSlurm()
+    c.actions, c.events = act, events  # type: ignore[assignment]
+    pod = pending_pod("team-a", **{contract.A_QOS: "high", contract.A_JOB_ID: "7"})
+    old = JobInfo(job_id=7, name="k8s:team-a/p", state="RUNNING", reason="None", nodes=("n2",),
+                  comment="slurmgate claim=c1 pod=team-a/p", partition="k8s", submit_time=1,
+                  start_time=1, end_time=0)
+    d = decide.Decision(decide.RESUBMIT, members=(pod,), cancel=old, job=old,
+                        reason=contract.EV_NODE_CORDONED, message="cordoned")
+    req = Request("team-a", "p")
+    await c.apply(req, decide.Unit.single(pod), d)
+    assert act.cancelled.keys() == {7} and act.slurm.specs == []  # type: ignore[attr-defined]
+    ((_, patch),) = kube.patches
+    assert patch["metadata"]["annotations"] == {
+        contract.A_JOB_STATE: contract.JOB_STATE_GIVEN_BACK}
+    assert req in c._refused
