@@ -28,6 +28,7 @@ from slurmgate.binder.podview import (
 )
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
+from slurmgate.preemption import evict_grace
 from slurmgate.slurm import (
     ENDING_STATES,
     PENDING,
@@ -322,18 +323,27 @@ class Actions:
                 "schedulingGates": [g for g in cached["spec"].get("schedulingGates") or []
                                     if g.get("name") != contract.GATE]}}
 
-    async def evict(self, pod: Pod, reason: str, message: str,
-                    status: dict[str, str]) -> float | None:
-        """Evict (a PodDisruptionBudget may refuse: retry, then delete after a grace).
+    async def evict(self, pod: Pod, reason: str, message: str, status: dict[str, str],
+                    stop_by: float | None = None) -> float | None:
+        """Evict (a PodDisruptionBudget may refuse: retry, then delete after a grace), with
+        no more grace than is left before `stop_by`, when Slurm gives the Node to the next job.
         Returns when to try again if refused, else None."""
         meta = pod["metadata"]
         key = key_of(pod)
+        options: dict[str, Any] = {"preconditions": {"uid": meta["uid"]}}
+        own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        now = time.time()
+        grace = evict_grace(own, stop_by, now) if stop_by is not None else None
+        if grace is not None and stop_by is not None:
+            options["gracePeriodSeconds"] = grace
+            message += (f"; Slurm gives the Node to the next job in {max(0, stop_by - now):.0f}"
+                        f"s, so the Pod gets {grace}s to stop (it asked for {own}s)")
         await self.events.emit(pod, reason, message, warning=True)
         if status:
             await self.set_status(pod, status)
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
+                "deleteOptions": options}
         try:
             await self.kube.create(pod_path(meta["namespace"], meta["name"], "eviction"), body)
         except KubeError as e:
@@ -342,13 +352,12 @@ class Actions:
             if e.status != 429:
                 raise
             since = self._evict_refused_since.setdefault(key, time.monotonic())
-            grace = self.settings.evict_grace
-            if time.monotonic() - since < grace:
+            wait = self.settings.evict_grace
+            if time.monotonic() - since < wait:
                 await self.events.emit(pod, contract.EV_EVICTION_REFUSED, f"{e.message}; "
-                                       f"retrying, deleting after {grace:.0f}s", warning=True)
+                                       f"retrying, deleting after {wait:.0f}s", warning=True)
                 return 5.0
-            await self.kube.delete(pod_path(meta["namespace"], meta["name"]),
-                                   {"preconditions": {"uid": meta["uid"]}})
+            await self.kube.delete(pod_path(meta["namespace"], meta["name"]), options)
         self._evict_refused_since.pop(key, None)
         metrics.EVICTIONS.labels(reason).inc()
         # the Events expire after an hour; the log keeps why Slurm took the Node back

@@ -35,6 +35,10 @@ class ReconcileSettings:
     orphan_grace: float = 60.0
     # eviction refused (PodDisruptionBudget) this long -> delete: Slurm has taken the node back
     evict_grace: float = 60.0
+    # slurm.conf's KillWait (SLURM_KILL_WAIT; Slurm's default is 30): a Pod evicted because its
+    # job was cancelled or ran out of time gets no more grace than Slurm leaves before it
+    # SIGKILLs the placeholder and gives the Node to the next job
+    kill_wait: float = 30.0
     # an incomplete gang is reported (GroupIncomplete) after this, and again every period
     group_timeout: float = 300.0
     # a Pod waits this long for its allocated Node to show the GPUs it asks for; then its job
@@ -92,6 +96,10 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
         raise ConfigError(f"BINDER_WARM_CONNECTIONS={warm} is negative (0 turns it off)")
     orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
     evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
+    kill_wait = env_float(env, "SLURM_KILL_WAIT", r.kill_wait)
+    if not 0 <= kill_wait <= 65533:  # Slurm's own bounds; also refuses nan
+        raise ConfigError(f"SLURM_KILL_WAIT={kill_wait} must be slurm.conf's KillWait, in "
+                          "seconds (0 to 65533)")
     group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
     gpu_grace = env_float(env, "BINDER_GPU_GRACE", r.gpu_grace)
     full_list = env_float(env, "BINDER_FULL_LIST_INTERVAL", r.full_list_interval)
@@ -120,6 +128,7 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
             default_partition=env_optional(env, "DEFAULT_PARTITION"),
             orphan_grace=orphan_grace,
             evict_grace=evict_grace,
+            kill_wait=kill_wait,
             group_timeout=group_timeout,
             gpu_grace=gpu_grace,
             full_list_interval=full_list,

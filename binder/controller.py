@@ -136,7 +136,8 @@ class Controller:
             slurm_synced=self.jobs.synced.is_set(), now=time.time(),
             node_for=self.index.node_for, failed_nodes=failed,
             group_timeout=self.settings.group_timeout, gpu_grace=self.settings.gpu_grace,
-            submitted=self.actions.submitted))
+            submitted=self.actions.submitted, kill_wait=self.settings.kill_wait,
+            grace_time=self.jobs.grace))
         metrics.RECONCILES.labels(f"group{d.action}" if unit.gang else d.action).inc()
         if not unit.gang and unit.members and d.action != decide.SUBMIT:
             await self._announce(unit.members[0])
@@ -206,7 +207,7 @@ class Controller:
 
     async def _release(self, req: Request, unit: Unit, d: Decision) -> None:
         act = self.actions
-        retry = await asyncio.gather(*(act.evict(p, d.reason, d.message, d.status)
+        retry = await asyncio.gather(*(act.evict(p, d.reason, d.message, d.status, d.stop_by)
                                        for p in d.evict))
         if any(r is not None for r in retry):  # a PodDisruptionBudget said no, for now
             self.queue.add_after(req, min(r for r in retry if r is not None))

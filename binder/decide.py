@@ -120,7 +120,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     if job.state in ENDING_STATES or job.preempted:
         failed = _node_failed(holders, w)
         return Decision(EVICT, evict=holders, job=job, reason=end_reason(job, failed),
-                        status=job_status(job),
+                        status=job_status(job), stop_by=node_freed_at(job, w),
                         message=end_message(job, holders, u.gang, failed))
     succeeded = sum(1 for p in u.members if claim_of(p) == claim and phase(p) == "Succeeded")
     if len(holders) + succeeded < u.size and holds_node(job):
@@ -133,6 +133,19 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     if job.state == RUNNING:
         return _running(u, job, claim, holders, w)
     return Decision(NOTHING)
+
+
+def node_freed_at(job: JobInfo, w: World) -> float | None:
+    """When Slurm gives the Node of this ending job to the next one at the latest: the end of
+    its GraceTime once preempted; KillWait after its end once cancelled or out of time (the
+    placeholder ignores SIGTERM, so only Slurm's SIGKILL ends it). None: the placeholder holds
+    the Node until we cancel it, after the Pods are gone."""
+    if job.preempted and (g := w.grace_time.get(job.partition)):
+        return (job.preempt_time or w.now) + g
+    if job.state in ENDING_STATES:
+        # an end whose time we were not told yet (0) happened at the latest now
+        return (job.end_time or w.now) + w.kill_wait
+    return None
 
 
 def _newer_job_submitted(claim: str, holders: tuple[Pod, ...], job: JobInfo,
@@ -269,7 +282,8 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
         if u.gang:
             return _start_over(u, job, claim, holders, reason, message)
         return Decision(EVICT, evict=on_nodes, cancel=job, job=job, reason=reason,
-                        status=job_status(job), message=message)
+                        # requeued: Slurm may have freed the Node already, so the least grace
+                        status=job_status(job), stop_by=w.now, message=message)
     st = job_status(job)
     stale = tuple(p for p in holders if stale_status(p, st))
     if not stale:

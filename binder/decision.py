@@ -42,6 +42,10 @@ class World:
     # claim -> (job id, wall time) of the jobs this binder submitted lately: the Pod's
     # annotation naming the new job may reach the watch after the old job's end reaches a poll
     submitted: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # slurm.conf's KillWait: a job cancelled or out of time is SIGKILLed (what the placeholder
+    # ignores of SIGTERM) and its Node freed this long after its end
+    kill_wait: float = 30.0
+    grace_time: Mapping[str, int] = field(default_factory=dict)  # partition -> GraceTime (s)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ class Decision:
     message: str = ""
     status: dict[str, str] = field(default_factory=dict)  # annotations to converge to
     requeue_after: float | None = None
+    # when Slurm gives the evicted Pods' Node to the next job (epoch s; None: not before the
+    # Pods are gone): they are evicted with no more grace than is left by then
+    stop_by: float | None = None
     # the SlurmAllocated condition of members whose condition is out of date, whatever the
     # action: it only shows what Slurm decided
     conditions: tuple[tuple[Pod, Condition], ...] = ()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from cluster import kube
+from cluster import kube, slurm_conf
 from cluster.local import DEFAULT_RUN_DIR, PORT_OFFSET, Local, kubectl, load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,6 +188,7 @@ def local_settings() -> dict[str, str]:
         "BINDER_ORPHAN_GRACE": "10",
         "BINDER_EVICT_GRACE": "8",  # tests wait for the delete after a refused eviction
         "BINDER_GPU_GRACE": "8",  # test_gpus waits for a job given back from a short Node
+        "SLURM_KILL_WAIT": str(slurm_conf.KILL_WAIT),  # as slurm.conf says
         # orphans (a webhook killed after its submit) are found by the whole list: tests wait
         # for their cancel, so read it often here; the busy-site bench keeps the default
         "BINDER_FULL_LIST_INTERVAL": os.environ.get("SLURMGATE_FULL_LIST_INTERVAL", "10"),

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from slurmgate.hostlist import compress
 
+# seconds between the SIGTERM of a job's end (cancel, time limit) and Slurm's SIGKILL, after
+# which the Node goes to the next job; the bridge tells the binder (SLURM_KILL_WAIT)
+KILL_WAIT = 5
+
 
 @dataclass(frozen=True)
 class GpuLayout:
@@ -142,7 +146,7 @@ JobCompType=jobcomp/none
 {acct}
 # Fast scheduling for tests.
 SchedulerParameters=bf_interval=1
-KillWait=5
+KillWait={KILL_WAIT}
 # hundreds of slurmd on one host kill their steps slowly under a cancel storm; past this
 # Slurm drains the node ("Kill task failed"), which the 1,000-job benchmarks hit at 60 s
 UnkillableStepTimeout=180

@@ -39,3 +39,15 @@ def stop_budget(grace_time: int) -> int:
     GraceTime may have: GraceTime less one notice interval less EVICT_MARGIN. Below
     KUBELET_MIN_GRACE (even negative) for a GraceTime too short for any Pod."""
     return math.floor(grace_time - preempt_every(grace_time) - EVICT_MARGIN)
+
+
+# From an eviction call to the kubelet's SIGTERM: the call, and the kubelet's watch
+STOP_MARGIN = 1.0
+
+
+def evict_grace(own: int, node_freed_at: float, now: float) -> int | None:
+    """The gracePeriodSeconds to evict a Pod with when Slurm gives its Node to the next job at
+    `node_freed_at` (epoch s): what is left before then, never under the kubelet's minimum;
+    None when the Pod's own terminationGracePeriodSeconds (`own`) already fits."""
+    left = max(KUBELET_MIN_GRACE, math.floor(node_freed_at - now - STOP_MARGIN))
+    return left if left < own else None

@@ -128,14 +128,14 @@ def test_binder_every_variable() -> None:
     env = {**SLURM_ENV, "DEFAULT_MEMORY": "512Mi", "DEFAULT_PARTITION": "gpu",
            "BINDER_WORKERS": "4", "BINDER_ORPHAN_GRACE": "10", "BINDER_EVICT_GRACE": "8",
            "BINDER_GROUP_TIMEOUT": "30.5", "BINDER_WARM_CONNECTIONS": "0",
-           "LEASE_NAMESPACE": "ns", "LEASE_NAME": "lease",
+           "SLURM_KILL_WAIT": "5", "LEASE_NAMESPACE": "ns", "LEASE_NAME": "lease",
            "LEASE_DURATION_SECONDS": "120", "POD_NAME": "binder-0",
            "BINDER_HEALTH_LISTEN": "127.0.0.1:8081", "KUBECONFIG": "/kc", "LOG_LEVEL": "debug"}
     assert binder_config.load([], env) == BinderConfig(
         slurm=SLURM,
         reconcile=ReconcileSettings(workers=4, default_memory="512Mi", default_partition="gpu",
                                     orphan_grace=10.0, evict_grace=8.0, group_timeout=30.5,
-                                    warm_connections=0),
+                                    warm_connections=0, kill_wait=5.0),
         lease=LeaseSettings(namespace="ns", name="lease", seconds=120, identity="binder-0"),
         health_listen="127.0.0.1:8081", kubeconfig="/kc", log_level="debug")
 
@@ -172,10 +172,17 @@ def test_binder_blank_pod_name_makes_its_own_identity() -> None:
     ("BINDER_ORPHAN_GRACE", "a number"),
     ("BINDER_EVICT_GRACE", "a number"),
     ("BINDER_GROUP_TIMEOUT", "a number"),
+    ("SLURM_KILL_WAIT", "a number"),
 ])
 def test_binder_bad_number_names_the_variable(name: str, kind: str) -> None:
     with pytest.raises(ConfigError, match=f"^{name}='soon' is not {kind}$"):
         binder_config.load([], {name: "soon"})
+
+
+@pytest.mark.parametrize("raw", ["-1", "nan", "70000"])
+def test_binder_kill_wait_out_of_slurms_bounds_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match=r"SLURM_KILL_WAIT=.* must be slurm\.conf's KillWait"):
+        binder_config.load([], {"SLURM_KILL_WAIT": raw})
 
 
 def test_binder_negative_warm_connections_is_refused() -> None:
