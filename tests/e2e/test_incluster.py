@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,10 @@ from cluster import incluster, realnode
 from cluster import local as local_mod
 from cluster.realnode import NodeSpec
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, squeue, wait_until
+from slurmgate.preemption import stop_budget
+from tests.e2e.conftest import Kubectl, slurm_cli, squeue, wait_until
 from tests.e2e.faultkit import metric
+from tests.e2e.overlap import OverlapSampler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.incluster]
 RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -99,14 +103,15 @@ def test_slurmgate_runs_as_pods_on_the_control_node(cluster: local_mod.Local, ad
     assert ro.returncode != 0 and "Read-only file system" in ro.stderr, ro.stderr
 
 
-def marked(name: str, image: str, script: str) -> dict[str, Any]:
+def marked(name: str, image: str, script: str, grace: int = 2,
+           args: tuple[str, ...] = ()) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"slurmgate.io/scheduler": "slurm"},
                          "annotations": {contract.A_CONSTRAINT: REAL_FEATURE}},
-            "spec": {"terminationGracePeriodSeconds": 2,
+            "spec": {"terminationGracePeriodSeconds": grace,
                      "containers": [{"name": "main", "image": image,
                                      "imagePullPolicy": "Never",
-                                     "command": ["python", "-c", script],
+                                     "command": ["python", "-c", script, *args],
                                      "resources": {"requests": {"memory": "256Mi",
                                                                 "cpu": "500m"}}}]}}
 
@@ -167,3 +172,139 @@ def test_killing_the_leader_pod_hands_over(cluster: local_mod.Local, admin: Kube
     assert lease["spec"]["holderIdentity"] == new
     # slurmctld's hook reaches the new leader: it heard the start of after-handover's job
     wait_until("the new leader heard a job's start pushed", lambda: heard() > heard0, 30)
+
+
+# ---------------------------------------------------------------- the invariant, for real
+# A Pod that takes its time to stop: it ignores SIGTERM, so the kubelet stops it only with
+# SIGKILL at the end of its terminationGracePeriodSeconds. Its marker (argv) lets the sampler
+# find its processes in /proc.
+STUBBORN = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('up', sys.argv[1], flush=True); time.sleep(3600)")
+GRACE_TIME = 20  # the local k8s partition's (cluster/slurm_conf.py)
+
+
+def _stubborn_on_n2(admin: Kubectl, image: str, name: str, grace: int) -> tuple[str, str]:
+    """A stubborn marked Pod, running on the real Node that is Slurm node n2: its marker and
+    its placeholder job's id."""
+    marker = f"sg-inv-{uuid.uuid4().hex[:12]}"
+    admin.apply(marked(name, image, STUBBORN, grace=grace, args=(marker,)), "-n", NS)
+    wait_until(f"{name} Running on the real Slurm Node", lambda: (
+        (p := _pod(admin, name, NS))["spec"].get("nodeName") == SLURM_REAL
+        and (p.get("status") or {}).get("phase") == "Running"), 90)
+    wait_until(f"{name}'s container up", lambda: marker in admin.run(
+        "logs", "-n", NS, name).stdout, 30)
+    return marker, _pod(admin, name, NS)["metadata"]["annotations"][contract.A_JOB_ID]
+
+
+def _sbatch(cluster: local_mod.Local, *args: str) -> int:
+    return int(slurm_cli(cluster, "sbatch", "--parsable", "--output=/dev/null", "-w", "n2",
+                         "--mem=256M", *args).strip().split(";")[0])
+
+
+def _state(cluster: local_mod.Local, job: int) -> str:
+    return next((r["state"] for r in squeue(cluster) if r["id"] == str(job)), "gone")
+
+
+def _reasons(admin: Kubectl, name: str) -> list[str]:
+    return [e["reason"] for e in admin.items("events", ns=NS)
+            if e["involvedObject"]["name"] == name]
+
+
+def test_the_sampler_sees_an_overlap(cluster: local_mod.Local, admin: Kubectl,
+                                     deployed: incluster.InCluster) -> None:
+    """The check below can fail: a plain Pod pinned onto the real Node (bypassing Slurm, from
+    a namespace of node infrastructure, which the taint guard lets tolerate the taint) beside
+    a batch job on n2 is seen as the overlap it is."""
+    marker = f"sg-inv-{uuid.uuid4().hex[:12]}"
+    infra = "inv-infra"
+    admin.run("create", "namespace", infra, check=False)
+    admin.run("label", "namespace", infra, f"{contract.INFRA_NAMESPACE_LABEL}=true",
+              "--overwrite")
+    job = _sbatch(cluster, "-p", "hpc", "--wrap=sleep 600")
+    try:
+        wait_until("the batch job RUNNING on n2", lambda: _state(cluster, job) == "RUNNING", 60)
+        bypass = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bypass"},
+                  "spec": {"nodeName": SLURM_REAL, "terminationGracePeriodSeconds": 0,
+                           "tolerations": [{"operator": "Exists"}],
+                           "containers": [{"name": "main", "image": deployed.image,
+                                           "imagePullPolicy": "Never",
+                                           "command": ["python", "-c", STUBBORN, marker]}]}}
+        with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+            admin.apply(bypass, "-n", infra)
+            wait_until("the sampler saw both at once", lambda: bool(s.overlaps), 60)
+        assert s.saw_job(job), s.report()
+    finally:
+        admin.run("delete", "pod", "bypass", "-n", infra, "--grace-period=0", "--force",
+                  check=False)
+        slurm_cli(cluster, "scancel", str(job))
+
+
+def test_a_preempted_pod_is_gone_before_the_preemptor_starts(
+        cluster: local_mod.Local, admin: Kubectl, deployed: incluster.InCluster) -> None:
+    """An hpc job preempts a bound Pod that ignores SIGTERM and asked for 30 s to stop: the
+    webhook lowered its grace to what the k8s partition's GraceTime leaves, the binder evicts
+    it on the preemption, and /proc never shows the Pod and the hpc job on the Node at once."""
+    marker, placeholder = _stubborn_on_n2(admin, deployed.image, "inv-preempted", grace=30)
+    assert _pod(admin, "inv-preempted", NS)["spec"]["terminationGracePeriodSeconds"] == \
+        stop_budget(GRACE_TIME)
+    with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+        wait_until("the sampler saw the Pod", s.saw_pod, 10)
+        hpc = _sbatch(cluster, "-p", "hpc", "--exclusive", "--wrap=sleep 600")
+        try:
+            wait_until("the hpc job RUNNING on n2", lambda: _state(cluster, hpc) == "RUNNING",
+                       GRACE_TIME + 60)
+            wait_until("the sampler saw the hpc job's processes", lambda: s.saw_job(hpc), 30)
+        finally:
+            slurm_cli(cluster, "scancel", str(hpc))
+    assert s.saw_pod() and not s.overlaps, s.report()
+    assert contract.EV_JOB_PREEMPTED in _reasons(admin, "inv-preempted")
+    assert _state(cluster, int(placeholder)) not in ("RUNNING", "PENDING")
+
+
+def test_a_pod_starts_only_once_the_batch_job_it_preempts_is_gone(
+        cluster: local_mod.Local, admin: Kubectl, deployed: incluster.InCluster) -> None:
+    """The other way: a scavenger job that ignores SIGTERM runs on n2; a marked Pod preempts it
+    (the k8s partition's tier is higher). The placeholder starts, and the Pod after it, only
+    once Slurm has killed the batch job at the end of its GraceTime."""
+    batch = _sbatch(cluster, "-p", "scavenger", "--wrap=trap '' TERM; sleep 600 & wait")
+    marker = f"sg-inv-{uuid.uuid4().hex[:12]}"
+    try:
+        wait_until("the batch job RUNNING on n2", lambda: _state(cluster, batch) == "RUNNING",
+                   60)
+        with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+            wait_until("the sampler saw the batch job", lambda: s.saw_job(batch), 30)
+            admin.apply(marked("inv-preemptor", deployed.image, STUBBORN, grace=5,
+                               args=(marker,)), "-n", NS)
+            wait_until("the Pod's container up on the real Node", s.saw_pod, 120)
+        assert not s.overlaps, s.report()
+        assert _pod(admin, "inv-preemptor", NS)["spec"]["nodeName"] == SLURM_REAL
+    finally:
+        admin.run("delete", "pod", "inv-preemptor", "-n", NS, "--wait=false", check=False)
+        slurm_cli(cluster, "scancel", str(batch))
+
+
+def test_a_cancelled_placeholder_holds_the_node_until_the_pod_is_gone(
+        cluster: local_mod.Local, admin: Kubectl, deployed: incluster.InCluster) -> None:
+    """An operator scancels the placeholder of a stubborn Pod (grace 10 s) while a scavenger
+    job waits for n2. Slurm kills the placeholder KillWait (5 s here) after its SIGTERM; the
+    Pod is evicted when the binder hears of the end, and takes its grace to stop. The node
+    must not go to the waiting job while the Pod still runs."""
+    marker, placeholder = _stubborn_on_n2(admin, deployed.image, "inv-cancelled", grace=10)
+    waiting = _sbatch(cluster, "-p", "scavenger", "--wrap=sleep 600")
+    try:
+        with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+            wait_until("the sampler saw the Pod", s.saw_pod, 10)
+            assert _state(cluster, waiting) == "PENDING"
+            t_cancel = time.time()
+            slurm_cli(cluster, "scancel", placeholder)
+            wait_until("the waiting job RUNNING on n2",
+                       lambda: _state(cluster, waiting) == "RUNNING", 90)
+            wait_until("the sampler saw the waiting job", lambda: s.saw_job(waiting), 30)
+        said = [e.get("message", "") for e in admin.items("events", ns=NS)
+                if e["involvedObject"]["name"] == "inv-cancelled"]
+        last_pod = max(x.t for x in s.samples if x.pod) - t_cancel
+        first_job = min(x.t for x in s.samples if x.jobs) - t_cancel
+        assert not s.overlaps, (f"{s.report()}; after the scancel: the Pod last seen at "
+                                f"{last_pod:.2f}s, the job first at {first_job:.2f}s; {said}")
+    finally:
+        slurm_cli(cluster, "scancel", str(waiting))

@@ -566,6 +566,16 @@ def test_push_token_file_set_only_in_incluster(tree: Path) -> None:
     assert _config(render(tree, "base"))["SLURM_USER"] != "root"
 
 
+def test_kill_wait_is_the_clusters_own(tree: Path) -> None:
+    """The binder bounds an eviction's grace by Slurm's KillWait: Slurm's default in the base,
+    the local cluster's own in local-incluster (a longer one would let a Pod outlive its
+    placeholder's node)."""
+    from cluster import slurm_conf
+
+    assert _config(render(tree, "base"))["SLURM_KILL_WAIT"] == "30"
+    assert _config(render(tree, INCLUSTER))["SLURM_KILL_WAIT"] == str(slurm_conf.KILL_WAIT)
+
+
 def test_incluster_tenancy_is_the_local_one(tree: Path) -> None:
     """Both local overlays take the local tenancy policy (components/local-tenancy), not the
     base's example."""
