@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -71,6 +72,12 @@ def bound(admin: Kubectl, ns: str, name: str) -> str | None:
     return p["spec"].get("nodeName") if p["status"].get("phase") == "Running" else None
 
 
+def bound_pods(admin: Kubectl, ns: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The namespace's Pods once every one of `names` exists and is bound (else {})."""
+    ps = pods(admin, ns)
+    return ps if all(ps.get(n, {}).get("spec", {}).get("nodeName") for n in names) else {}
+
+
 def wait_bound(admin: Kubectl, ns: str, name: str, timeout: float = 60.0) -> str:
     return wait_until(f"Pod {name} bound and Running", lambda: bound(admin, ns, name), timeout)
 
@@ -129,6 +136,31 @@ def filler_job(local: Local) -> str:
     wait_until("filler job RUNNING", lambda: any(
         r["id"] == job_id and r["state"] == "RUNNING" for r in squeue(local)), 30)
     return job_id
+
+
+def fillers_on(local: Local, slurm_nodes: list[str]) -> list[str]:
+    """A plain (non-slurmgate) job on each of these nodes, RUNNING on return: the nodes are
+    taken, so a Pod's job that can only go there waits (scancel_quiet frees them)."""
+    ids: list[str] = []
+    try:
+        for n in slurm_nodes:
+            ids.append(slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p",
+                                 "k8s", "--exclusive", "-w", n, "--mem=1000", "-J", "filler",
+                                 "--wrap", "sleep 600").strip().split(";")[0])
+        wait_until("filler jobs RUNNING", lambda: {
+            r["id"] for r in squeue(local) if r["state"] == "RUNNING"} >= set(ids), 30)
+    except BaseException:
+        scancel_quiet(local, *ids)
+        raise
+    return ids
+
+
+def scancel_quiet(local: Local, *ids: str) -> None:
+    """scancel that does not mind jobs already gone (Slurm's CLI fails on an unknown id)."""
+    if not ids:
+        return
+    argv, env = local.slurm.command("scancel", *ids)
+    subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False)
 
 
 def restart_webhook(bridge: Bridge, extra_env: dict[str, str] | None = None) -> None:
