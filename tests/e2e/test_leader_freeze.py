@@ -166,13 +166,18 @@ def test_leader_frozen_past_its_lease_then_resumed(local: Local, admin: Kubectl,
                 wait_bound(admin, ns, name, 60)
                 wait_until(f"{NEW} logged the bind of {name}", partial(
                     _logged, bridge, NEW, new_log, "pod bound", f"{ns}/{name}"), 10)
-            bound_at = time.time()
-            # The fault's length, not a wait for anything: frozen on until every job the new
-            # leader made is past BINDER_ORPHAN_GRACE and the old leader's whole job list
-            # (every 10 s here) is overdue, so that its stale view would take them for
-            # orphans the moment it runs.
-            time.sleep(max(0.0, bound_at + ORPHAN_GRACE + 2 - time.time()))
-            assert proc.proc_state(old_pid) == "T", "the old leader did not stay frozen"
+            bound_at = time.monotonic()
+
+            def frozen_long_enough() -> bool:
+                # The fault's length: frozen on until every job the new leader made is past
+                # BINDER_ORPHAN_GRACE and the old leader's whole job list (every 10 s here) is
+                # overdue, so that its stale view would take them for orphans the moment it
+                # runs. Each poll checks that the freeze holds meanwhile.
+                assert proc.proc_state(old_pid) == "T", "the old leader did not stay frozen"
+                return time.monotonic() >= bound_at + ORPHAN_GRACE + 2
+
+            wait_until("the freeze outlasting BINDER_ORPHAN_GRACE", frozen_long_enough,
+                       ORPHAN_GRACE + 10, interval=0.5)
             frozen = _state(admin, ns)
             _one_job_each(local, admin, ns)
         finally:
