@@ -61,9 +61,15 @@ async def raw_server(data: bytes) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def json_server(status: int, answer: dict[str, Any]) -> AsyncIterator[str]:
-    """A real aiohttp server answering every request with ``answer`` as JSON."""
-    async def handle(_: web.Request) -> web.Response:
+async def json_server(status: int, answer: dict[str, Any],
+                      calls: list[tuple[str, str]] | None = None) -> AsyncIterator[str]:
+    """A real aiohttp server answering every request with ``answer`` as JSON; with `calls`,
+    each request's method and path is recorded there, and a DELETE (a cancel) succeeds."""
+    async def handle(request: web.Request) -> web.Response:
+        if calls is not None:
+            calls.append((request.method, request.path_qs))
+            if request.method == "DELETE":
+                return web.json_response({"errors": [], "warnings": []})
         return web.json_response(answer, status=status)
 
     app = web.Application()
@@ -221,26 +227,6 @@ async def test_binder_event_of_a_refused_submit_is_slurms_words() -> None:
 # --------------------------------------------- a job Slurm made although it answered an error
 
 
-@asynccontextmanager
-async def recording_server(status: int, answer: dict[str, Any],
-                           calls: list[tuple[str, str]]) -> AsyncIterator[str]:
-    """Like json_server, recording each request's method and path (a cancel is a DELETE)."""
-    async def handle(request: web.Request) -> web.Response:
-        calls.append((request.method, request.path_qs))
-        if request.method == "DELETE":
-            return web.json_response({"errors": [], "warnings": []})
-        return web.json_response(answer, status=status)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/")
-    finally:
-        await server.close()
-
-
 NODE_NOT_AVAIL = {"error_code": 2068,
                   "error": "Required node not available (down, drained or reserved)"}
 
@@ -250,7 +236,7 @@ async def test_a_job_slurm_queued_with_an_error_is_ours(token: Path) -> None:
     node not available" and the job's id. The job waits like any pending one: the submit
     returns it, never a refusal that would leave a job no Pod names."""
     calls: list[tuple[str, str]] = []
-    async with recording_server(500, {"errors": [NODE_NOT_AVAIL], "job_id": 4},
+    async with json_server(500, {"errors": [NODE_NOT_AVAIL], "job_id": 4},
                                 calls) as url:
         async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
             assert await c.submit(SPEC) == 4
@@ -264,7 +250,7 @@ async def test_a_job_made_from_a_misread_body_is_taken_back(token: Path) -> None
     calls: list[tuple[str, str]] = []
     flag = {"description": 'Unknown flag "exclusive"', "error_number": 9207,
             "error": "Data parser unable to parse invalid flag"}
-    async with recording_server(500, {"errors": [flag], "job_id": 3}, calls) as url:
+    async with json_server(500, {"errors": [flag], "job_id": 3}, calls) as url:
         async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
             with pytest.raises(SlurmRefused) as ei:
                 await c.submit(SPEC)
@@ -274,7 +260,7 @@ async def test_a_job_made_from_a_misread_body_is_taken_back(token: Path) -> None
 
 async def test_a_refusal_without_a_job_cancels_nothing(token: Path) -> None:
     calls: list[tuple[str, str]] = []
-    async with recording_server(500, {"errors": [NODE_NOT_AVAIL]}, calls) as url:
+    async with json_server(500, {"errors": [NODE_NOT_AVAIL]}, calls) as url:
         async with SlurmClient(url, token, api_version=API, timeout=5.0) as c:
             with pytest.raises(SlurmRefused):
                 await c.submit(SPEC)
