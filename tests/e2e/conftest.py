@@ -220,18 +220,57 @@ def squeue(local: local_mod.Local) -> list[dict[str, str]]:
     return rows
 
 
+# Once a test's namespace is deleted, its Pods are gone and the binder has cancelled their jobs
+# within this (it notices a deleted Pod in well under a second; a restarted binder takes its
+# start-up list first)
+LEAK_DEADLINE = 45.0
+
+
 @pytest.fixture
 def ns(admin: Kubectl, local: local_mod.Local) -> Iterator[str]:
-    """A fresh namespace per test; afterwards its Pods are gone and Slurm is empty again."""
+    """A fresh namespace per test. Afterwards its Pods are deleted, and slurmgate must cancel
+    their jobs by itself: a job or Pod of the test still there after LEAK_DEADLINE fails the
+    test (at teardown, naming what was left), and is then cleaned up so the next test starts
+    from an empty Slurm."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     admin.run("create", "namespace", name)
+    yield name
+    admin.run("delete", "namespace", name, "--wait=false", check=False)
+    admin.run("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
+              check=False)
+    left = leftovers(admin, local, name)
+    slurm_idle(local)
+    if left:
+        pytest.fail(f"the test left behind (slurmgate did not clean up within "
+                    f"{LEAK_DEADLINE:g}s): " + "; ".join(left), pytrace=False)
+
+
+def jobs_of_namespace(local: local_mod.Local, name: str) -> list[dict[str, str]]:
+    """slurmgate's jobs (a Pod's or a gang's) for namespace `name` that Slurm still holds or
+    queues (COMPLETING: our cancel is at work)."""
+    return [r for r in squeue(local) if r["comment"].startswith(contract.COMMENT_PREFIX)
+            and (f" pod={name}/" in r["comment"] or f" group={name}/" in r["comment"])
+            and r["state"] != "COMPLETING"]
+
+
+def leftovers(admin: Kubectl, local: local_mod.Local, name: str,
+              deadline: float = LEAK_DEADLINE) -> list[str]:
+    """What slurmgate failed to clean up after namespace `name`'s Pods were deleted."""
     try:
-        yield name
-    finally:
-        admin.run("delete", "namespace", name, "--wait=false", check=False)
-        admin.run("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force",
-                  check=False)
-        slurm_idle(local)
+        wait_until(f"slurmgate cancels the jobs of namespace {name}",
+                   lambda: not jobs_of_namespace(local, name), deadline)
+        jobs: list[dict[str, str]] = []
+    except WaitTimeout:
+        jobs = jobs_of_namespace(local, name)
+    try:
+        wait_until(f"the Pods of namespace {name} are gone",
+                   lambda: not admin.items("pods", ns=name), deadline)
+        pods: list[dict[str, Any]] = []
+    except WaitTimeout:
+        pods = admin.items("pods", ns=name)
+    return ([f"job {r['id']} {r['state']} ({r['comment']})" for r in jobs]
+            + [f"Pod {p['metadata']['name']} (gates {p['spec'].get('schedulingGates')}, "
+               f"finalizers {p['metadata'].get('finalizers')})" for p in pods])
 
 
 def slurm_idle(local: local_mod.Local) -> None:
