@@ -37,6 +37,10 @@ FULL_MIN_GAP = 5.0  # asked-for whole lists (a handed-off submit) at most this o
 # next comes 7 hours later, and an asked-for one 22 minutes later
 FULL_SHARE = 0.005
 WANTED_SHARE = 0.1
+# A list that took less than this costs the site next to nothing (tens of ms on a small site):
+# it is not paced, so the configured interval holds rather than swinging with the host's load
+# (CI: a 0.2 s list on a busy machine had stretched a 10 s interval to 40 s)
+PACE_FROM = 1.0
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 STALE_PER_TICK = 20  # pending jobs read whole for their reason, at most this many a tick
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
@@ -92,10 +96,11 @@ class Schedule:
              grace: Mapping[str, int] | None = None) -> Plan:
         """`grace`: partition -> GraceTime (s) of the partitions that have one."""
         since = now - self.full_at
+        took = self.full_took if self.full_took >= PACE_FROM else 0.0
         full = not self.listing and (
-            since >= max(self.full_every, self.full_took / FULL_SHARE)
+            since >= max(self.full_every, took / FULL_SHARE)
             or ((self.wanted_at is not None or now < self.wanted_until)
-                and since >= max(FULL_MIN_GAP, self.full_took / WANTED_SHARE)))
+                and since >= max(FULL_MIN_GAP, took / WANTED_SHARE)))
         named_ids = set(named)
         self.gone &= named_ids  # forget ids no Pod names any more
         ids = (set(known) | named_ids) - self.gone

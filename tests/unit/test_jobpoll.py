@@ -385,6 +385,12 @@ def test_a_slow_whole_list_paces_the_next_by_what_it_cost() -> None:
     assert not s.plan(gap - 1, {}, (), (), 10).full and s.plan(gap, {}, (), (), 10).full
     s.done_full(0, (), took=0.05)  # a small site: as configured
     assert s.plan(3600, {}, (), (), 10).full
+    # a cheap list on a loaded host is not paced: a short interval holds as configured
+    quick = Schedule(full_every=10)
+    quick.done_full(0, (), took=0.2)
+    assert quick.plan(10, {}, (), (), 10).full
+    quick.done_full(0, (), took=jobpoll.PACE_FROM)
+    assert not quick.plan(10, {}, (), (), 10).full
 
 
 async def test_the_whole_list_runs_beside_the_id_polls_and_sync_waits_for_our_pods() -> None:
