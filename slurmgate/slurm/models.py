@@ -73,8 +73,10 @@ JOB_FLAG_PRECEDENCE = (
     "STOPPED",
     "REVOKED",
     "RESV_DEL_HOLD",
-    "SIGNALING",
 )
+# Not above: SIGNALING (a signal on its way to the job's processes, as during a preemption's
+# GraceTime on 24.11: RUNNING + SIGNALING) says nothing of where the job is, so the base state
+# stands; read as a waiting state, a bound Pod's job being signalled looked requeued
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
 # A Unix user name, as a header value can carry it (no spaces, no line breaks)
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")

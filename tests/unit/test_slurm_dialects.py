@@ -241,3 +241,15 @@ async def test_missing_job_on_the_wire(raw: Path, tmp_path: Path) -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_running_job_being_signalled_reads_as_running() -> None:
+    """24.11 during a preemption's GraceTime (CI, test_preemption_placeholder_survives_until_
+    killed): ["RUNNING", "SIGNALING"]. The signal says nothing of where the job is: read as a
+    waiting state, a bound Pod's job would have looked requeued. Flags that do say so win."""
+    from slurmgate.slurm.dialects import job_state
+
+    assert job_state(["RUNNING", "SIGNALING"]) == ("RUNNING", frozenset({"RUNNING",
+                                                                          "SIGNALING"}))
+    assert job_state(["RUNNING", "COMPLETING", "SIGNALING"])[0] == "COMPLETING"
+    assert job_state(["PENDING", "REQUEUED"])[0] == "REQUEUED"
