@@ -333,8 +333,7 @@ class Actions:
         options: dict[str, Any] = {"preconditions": {"uid": meta["uid"]}}
         own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
         now = time.time()
-        grace = evict_grace(own, stop_by, now) if stop_by is not None else None
-        if grace is not None and stop_by is not None:
+        if stop_by is not None and (grace := evict_grace(own, stop_by, now)) is not None:
             options["gracePeriodSeconds"] = grace
             message += (f"; Slurm gives the Node to the next job in {max(0, stop_by - now):.0f}"
                         f"s, so the Pod gets {grace}s to stop (it asked for {own}s)")

@@ -344,16 +344,18 @@ class Admitter:
             metrics.SUBMIT_ERRORS.inc()  # a submit that goes on counts its own end
         else:
             claim = annotations[contract.A_CLAIM]
-            submit.add_done_callback(lambda t: self._late_answer(t, namespace, claim, pod_ref))
+            submit.add_done_callback(lambda t: self._landed(
+                t, namespace, claim, pod_ref, "slurm made the job of a Pod denied for want of "
+                "its answer; it is cancelled once the Pod is confirmed absent", logging.WARNING))
         return self._submit_failed(uid, e, job, pod, annotations, warnings, grace)
 
-    def _late_answer(self, task: asyncio.Task[int], namespace: str, claim: str,
-                     pod_ref: str) -> None:
+    def _landed(self, task: asyncio.Task[int], namespace: str, claim: str, pod_ref: str,
+                what: str, level: int = logging.INFO) -> None:
+        """A submit that outlived its admission ended: a job it made goes to `_on_submitted`
+        (the orphan watch), a failure was logged by _timed_submit."""
         if task.cancelled() or task.exception() is not None:
-            return  # no job was made (logged by _timed_submit)
-        log.warning("slurm made the job of a Pod denied for want of its answer; it is "
-                    "cancelled once the Pod is confirmed absent",
-                    extra=kv(pod=pod_ref, job=task.result(), claim=claim))
+            return
+        log.log(level, what, extra=kv(pod=pod_ref, job=task.result(), claim=claim))
         self._on_submitted(namespace, claim, task.result())
 
     async def _timed_submit(self, job: JobSpec, pod_ref: str) -> int:
@@ -378,7 +380,8 @@ class Admitter:
         (Slurm refused it, this process died), the binder submits after
         SUBMIT_HANDOFF_GRACE."""
         claim = annotations[contract.A_CLAIM]
-        submit.add_done_callback(lambda t: self._handed_off_done(t, namespace, claim, pod_ref))
+        submit.add_done_callback(lambda t: self._landed(
+            t, namespace, claim, pod_ref, "placeholder job submitted after admission"))
         metrics.HANDOFFS.inc()
         metrics.DECISIONS.labels("gated_submitting").inc()
         annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMITTING
@@ -386,14 +389,6 @@ class Admitter:
         return _response(uid, True, patch=gate_pod(pod, annotations, STALE,
                                                    {contract.CLAIM_LABEL: claim}, grace),
                          warnings=tuple(warnings))
-
-    def _handed_off_done(self, task: asyncio.Task[int], namespace: str, claim: str,
-                         pod_ref: str) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return  # logged by _timed_submit; the binder submits after the grace
-        self._on_submitted(namespace, claim, task.result())
-        log.info("placeholder job submitted after admission",
-                 extra=kv(pod=pod_ref, job=task.result()))
 
     async def drain(self) -> int:
         """Wait for the submits still running (a stopping webhook lets them land rather than
