@@ -12,26 +12,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bench.chaos.observe import job_processes
+from bench.chaos.observe import job_processes, processes
 
 EVERY = 0.05  # s between two reads of /proc (one read takes a few ms)
 
 
 def marked_pids(marker: str) -> list[int]:
     """Processes whose command line carries `marker` (the Pod's container puts it there)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            cmd = (p / "cmdline").read_bytes()
-        except OSError:
-            continue  # ended meanwhile
-        if marker.encode() in cmd:
-            out.append(int(p.name))
-    return out
+    return [p.pid for p in processes() if marker in p.cmdline]
 
 
 @dataclass
