@@ -173,13 +173,16 @@ class JobTracker:
     def _keep_pushed(self, polled: JobInfo, sent: float) -> bool:
         """Whether a pushed start outranks this poll's view of the job. A poll sent before the
         push can show it still pending; one sent after can show it CONFIGURING (our own hook
-        was still running). Any other state, or a later poll, is the truth."""
+        was still running). Any other state, or a later poll, is the truth. Only a read sent
+        after the push retires it: the polls and the whole list each pass our own view (the
+        pushed RUNNING) through here, and must not unguard a slower read sent before it."""
         at = self._pushed_at.get(polled.job_id)
         if at is None:
             return False
         if polled.state == "CONFIGURING" or (polled.state in WAITING_STATES and sent < at):
             return True
-        del self._pushed_at[polled.job_id]
+        if sent >= at:
+            del self._pushed_at[polled.job_id]
         return False
 
     def _apply(self, jobs: list[JobInfo], sent: float = 0.0, complete: bool = True) -> None:

@@ -67,6 +67,21 @@ def test_configuring_after_the_push_is_our_own_hook_still_running() -> None:
     assert t.by_claim["c"].state == "RUNNING"
 
 
+def test_a_read_sent_before_the_push_stays_overruled_whatever_lands_first() -> None:
+    """CI, 26.05: an id poll and the whole list were both sent before a start's push; the list
+    landed first (passing on our pushed RUNNING), then the poll's CONFIGURING read of the job
+    (taken while PrologSlurmctld ran) was believed, and the just-bound Pod evicted as requeued."""
+    t, seen = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    before = time.monotonic()
+    t.pushed(5, "started", ("n1",))
+    seen.clear()
+    t._apply(list(t.by_claim.values()), sent=before)  # the whole list: adds nothing new
+    t._apply([job(5, "CONFIGURING")], sent=before)  # the id poll's read, in the prolog
+    t._apply([job(5, "PENDING")], sent=before)
+    assert t.by_claim["c"].state == "RUNNING" and seen == []
+
+
 def test_a_later_poll_overrules_the_push() -> None:
     t, seen = tracker()
     t._apply([job(5, "PENDING")], sent=time.monotonic())
