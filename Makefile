@@ -64,9 +64,14 @@ typecheck: venv
 # UNIT=0 leaves tests/unit out of `make test`: .ci/run runs them first, alone (make test-unit),
 # so that a failure shows within a minute, and not a second time here.
 UNIT ?= 1
+# E2E_SELECT: a marker expression for the e2e tests (default: pyproject's, all but the fault
+# variants and the in-cluster modules). .ci/run runs here only the tests that drive host
+# processes or whose subject is Kubernetes' side; the others run against the deployed image in
+# `make test-incluster`, on the same Slurm, so that CI runs each test once per release.
+E2E_SELECT ?=
 test: deps lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(UNIT)),--ignore=tests/unit) \
-	  --durations=15 $(PYTEST_ARGS)
+	  $(if $(E2E_SELECT),-m "$(E2E_SELECT)") --durations=15 $(PYTEST_ARGS)
 
 # needs no cluster and no deps beyond the venv: seconds on a warm machine
 test-unit: venv
@@ -78,18 +83,12 @@ test-e2e: deps
 test-faults: deps
 	$(PYTHON) -m pytest -q -m faults tests/e2e $(PYTEST_ARGS)
 
-# The e2e suite, fault variants included, on each Slurm release in $(MATRIX); the tests whose
-# subject does not change with the release (marked kube_side) ran on 26.05 in `make test`.
+# The e2e suite, fault variants included, on each Slurm release in $(MATRIX), the releases side by
+# side, each on its own cluster (tests/matrix.sh); the tests whose subject does not change with
+# the release (marked kube_side) ran on 26.05 in `make test`.
 test-matrix: deps lint typecheck
-	@set -e; for v in $(MATRIX); do \
-	  echo "=== e2e on Slurm $$v"; \
-	  $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; \
-	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider \
-	    -m "not faults and not incluster and not kube_side" \
-	    --durations=15 tests/e2e $(PYTEST_ARGS); \
-	  SLURM_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider \
-	    -m faults tests/e2e $(PYTEST_ARGS); \
-	done
+	@for v in $(MATRIX); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; done
+	bash tests/matrix.sh $(PYTHON) $(MATRIX) -- $(PYTEST_ARGS)
 
 # slurmgate as a user deploys it: its image (make image) on real Nodes (containerd + kubelet),
 # `kubectl apply -k kustomize/overlays/local-incluster`, a marked Pod really running where Slurm
