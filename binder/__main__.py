@@ -59,13 +59,20 @@ async def run(cfg: BinderConfig) -> int:
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes,
                         metrics=metrics.SLURMRESTD)
     kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder")
+    # the Lease and our own Pod's label are written on a client of their own: every write of
+    # the reconcilers is fenced by the Lease (below), and stepping down must still be said
+    lease_kube = KubeClient(load_config(cfg.kubeconfig), user_agent="slurmgate-binder", pool=4)
     policy = PolicySource(kube, cfg.tenancy_configmap,
                           on_state=metrics.TENANCY.on_state,
                           on_error=metrics.TENANCY.on_error)
     binder = Controller(kube, slurm, cfg.reconcile, policy.current)
     policy.subscribe(binder.policy_changed)
-    elector = LeaderElector(kube, lease.namespace, lease.name, lease_seconds=lease.seconds,
-                            renew_seconds=lease.renew_seconds, identity=lease.identity)
+    elector = LeaderElector(lease_kube, lease.namespace, lease.name,
+                            lease_seconds=lease.seconds, renew_seconds=lease.renew_seconds,
+                            identity=lease.identity)
+    # a leader frozen past its Lease (SIGSTOP, a paused VM) and resumed must not write with its
+    # stale view before keep() notices: every write to Kubernetes or Slurm asks the Lease first
+    kube.write_guard = slurm.write_guard = elector.fence
     try:
         token = push.read_token(cfg.push_token_file) if cfg.push_token_file else None
     except (OSError, ValueError) as e:
@@ -82,10 +89,10 @@ async def run(cfg: BinderConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     async def lead() -> None:
-        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=False)
+        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=False)
         await elector.acquire()
         metrics.LEADER.set(1)
-        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=True)
+        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=True)
         work = asyncio.create_task(binder.run())
         keep = asyncio.create_task(elector.keep())
         # only the leader binds; a standby's pool may close
@@ -116,11 +123,12 @@ async def run(cfg: BinderConfig) -> int:
     watching.cancel()
     if elector.is_leader or code:
         # the push Service must stop sending here before the next leader labels its Pod
-        await label_own_pod(kube, lease.pod_namespace, lease.identity, leading=False)
+        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=False)
     metrics.LEADER.set(0)
     await runner.cleanup()
     await slurm.close()
     await kube.close()
+    await lease_kube.close()
     return code
 
 

@@ -29,6 +29,10 @@ def _parse(s: str) -> dt.datetime:
     return dt.datetime.strptime(s.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC)
 
 
+class NotLeading(Exception):
+    """A write refused because this binder no longer holds the Lease."""
+
+
 class LeaderElector:
     def __init__(self, kube: KubeClient, namespace: str, name: str = "slurmgate-binder",
                  lease_seconds: int = 15, renew_seconds: float = 5.0,
@@ -42,6 +46,9 @@ class LeaderElector:
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
         self.is_leader = False
+        # event-loop time until which our last renewal keeps the Lease ours (the monotonic
+        # clock runs on while the process is frozen, so a resumed leader sees it passed)
+        self.valid_until = float("-inf")
 
     async def _try(self) -> bool:
         now = dt.datetime.now(dt.UTC)
@@ -84,10 +91,24 @@ class LeaderElector:
                 return False
             raise
 
+    def holds(self) -> bool:
+        """Whether the Lease is ours now: leading, and within the renew window of the last
+        renewal. keep() steps down at the same moment, but a frozen and resumed process may
+        run other tasks before keep() wakes: they must find the Lease gone."""
+        return self.is_leader and asyncio.get_running_loop().time() < self.valid_until
+
+    def fence(self) -> None:
+        """The write guard of the binder's clients: no write once the Lease may be another's."""
+        if not self.holds():
+            raise NotLeading("this binder no longer holds the Lease; the write is refused")
+
     async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
+                sent = loop.time()
                 if await self._try():
+                    self.valid_until = sent + self.lease_seconds * RENEW_DEADLINE
                     self.is_leader = True
                     log.info("became leader", extra=kv(identity=self.identity))
                     return
@@ -129,6 +150,7 @@ class LeaderElector:
                 self.is_leader = False
                 return
             last_ok = sent
+            self.valid_until = sent + window
             delay = self.renew_seconds
 
 

@@ -168,6 +168,7 @@ class NodeSync:
             else:
                 await slurm.resume(slurm_name)
         except NotImplementedError:  # Slurm 22.05: no node update over REST
+            slurm.may_write()
             await scontrol.update_node(slurm_name, "DRAIN" if drain else "RESUME", reason,
                                        slurm.token())
 

@@ -14,7 +14,7 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,8 +109,12 @@ def load_config(kubeconfig: str | None = None) -> KubeConfig:
 
 class KubeClient:
     def __init__(self, config: KubeConfig, *, timeout: float = 30.0, pool: int = 64,
-                 user_agent: str = "slurmgate") -> None:
+                 user_agent: str = "slurmgate",
+                 write_guard: Callable[[], None] | None = None) -> None:
         self.config = config
+        # called before every write (any method but GET): raises to refuse it (the binder's
+        # leader fence: a leader frozen past its Lease must not write when it resumes)
+        self.write_guard = write_guard
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._pool = pool
         self._ua = user_agent
@@ -138,6 +142,8 @@ class KubeClient:
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json") -> Any:
+        if method != "GET" and self.write_guard is not None:
+            self.write_guard()
         headers = {"Accept": "application/json", **self.config.auth_header()}
         data = None
         if body is not None:

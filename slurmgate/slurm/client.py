@@ -77,6 +77,7 @@ class SlurmClient:
         self.base_url = self._http.base_url
         self.user = user
         self._version = api_version
+        self.write_guard: Callable[[], None] | None = None
         self._version_lock = asyncio.Lock()
 
     # --- lifecycle
@@ -96,7 +97,15 @@ class SlurmClient:
         return self._http.token.get()
 
     async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, dict | None]:
+        if method != "GET":
+            self.may_write()
         return await self._http.request(method, path, **kw)
+
+    def may_write(self) -> None:
+        """Raises if a write is refused now (`write_guard`: the binder's leader fence); every
+        write to Slurm asks, scontrol's on 22.05 included."""
+        if self.write_guard is not None:
+            self.write_guard()
 
     # --- version
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 from slurmgate.binder.leader import RENEW_DEADLINE, LeaderElector
@@ -24,6 +25,7 @@ class LeaseServer:
         self.fail = 0  # how many of the next requests fail
         self.hang = False
         self.puts = 0
+        self.renewed = asyncio.Event()  # set by every PUT
 
     async def _fault(self) -> None:
         if self.hang:
@@ -45,6 +47,7 @@ class LeaseServer:
     async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         await self._fault()
         self.puts += 1
+        self.renewed.set()
         self.lease = copy.deepcopy(body)
         return body
 
@@ -123,3 +126,82 @@ def test_another_holder_ends_the_lead_at_once() -> None:
         assert not e.is_leader
 
     asyncio.run(main())
+
+
+async def test_a_leader_frozen_past_its_lease_refuses_writes_before_keep_wakes() -> None:
+    """The split brain of a paused process: SIGSTOP past the Lease, SIGCONT, and a reconciler
+    runs before keep() does. Simulated by a freeze of the event loop itself (a blocking sleep
+    stands for the stopped process: the monotonic clock runs on through SIGSTOP too)."""
+    from slurmgate.binder.leader import NotLeading
+    server = LeaseServer()
+    e = await _led(server)
+    e.fence()  # just acquired: writes allowed
+    keeper = asyncio.create_task(e.keep())
+    await asyncio.wait_for(server.renewed.wait(), LEASE_SECONDS)  # one renewal went through
+    assert e.holds()
+    # the freeze itself: the loop blocked, nothing runs, keep() included
+    time.sleep(LEASE_SECONDS * RENEW_DEADLINE + 0.2)  # noqa: ASYNC251
+    # the first task to run after the freeze finds the Lease gone, keep() not yet told
+    assert e.is_leader and not e.holds()
+    try:
+        e.fence()
+        raise AssertionError("a write was allowed past the Lease")
+    except NotLeading:
+        pass
+    await asyncio.wait_for(keeper, LEASE_SECONDS)  # and keep() steps down as it wakes
+    assert not e.is_leader
+
+
+async def test_the_clients_ask_the_guard_before_every_write_only(tmp_path: Path) -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from slurmgate.kube import KubeClient, KubeConfig
+    from slurmgate.slurm import SlurmClient
+
+    token = tmp_path / "token"
+    token.write_text("t")
+
+    seen: list[tuple[str, str]] = []
+
+    async def ok(request: web.Request) -> web.Response:
+        seen.append((request.method, request.path))
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", ok)
+    srv = TestServer(app)
+    await srv.start_server()
+    asked: list[str] = []
+
+    def guard() -> None:
+        asked.append("w")
+        if len(asked) > 1:
+            raise RuntimeError("refused")
+
+    kube = KubeClient(KubeConfig(str(srv.make_url("")).rstrip("/"), None),  # type: ignore[arg-type]
+                      write_guard=guard)
+    try:
+        await kube.request("GET", "/api/v1/pods")
+        assert asked == []
+        await kube.request("PATCH", "/api/v1/namespaces/a/pods/p", body={})
+        assert asked == ["w"]
+        try:
+            await kube.request("DELETE", "/api/v1/namespaces/a/pods/p")
+            raise AssertionError("the guard's refusal did not stop the write")
+        except RuntimeError:
+            pass
+        # Slurm's writes ask it too (a cancel here), its reads do not
+        slurm = SlurmClient(str(srv.make_url("")), token, api_version="v0.0.42")
+        slurm.write_guard = guard
+        try:
+            await slurm.cancel(5)
+            raise AssertionError("a cancel went out past the guard")
+        except RuntimeError:
+            pass
+        finally:
+            await slurm.close()
+        assert [m for m, _ in seen] == ["GET", "PATCH"]
+    finally:
+        await kube.close()
+        await srv.close()
