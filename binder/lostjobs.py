@@ -30,7 +30,7 @@ from slurmgate import contract
 from slurmgate.binder import metrics
 from slurmgate.binder.jobpoll import Schedule
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmClient
+from slurmgate.slurm import JobInfo, SlurmClient, accounting
 
 log = logging.getLogger("slurmgate.jobs")
 
@@ -86,7 +86,8 @@ async def find(slurm: SlurmClient, known: Iterable[int], *, names: Iterable[str]
                partitions: Iterable[str] = (), within: int) -> list[JobInfo] | None:
     """Our live jobs (by comment) that slurmdbd names for `names` or `partitions`, read whole
     from slurmctld, less the `known` ids. None: slurmrestd serves no slurmdbd job query."""
-    ids = await slurm.accounted_ids(names=names, partitions=partitions, within=within)
+    ids = await accounting.accounted_ids(slurm, names=names, partitions=partitions,
+                                         within=within)
     if ids is None:
         return None
     records = await slurm.jobs_by_id(ids - set(known))

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from slurmgate.slurm.dialects import Dialect, job_state, num
-from slurmgate.slurm.models import ENDED_STATES
+from slurmgate.slurm.models import ENDED_STATES, SlurmError, SlurmUnavailable
+
+if TYPE_CHECKING:
+    from slurmgate.slurm.client import SlurmClient
 
 # Names per query: each is up to ~330 characters escaped (a Pod's namespace and name); 40 keep
 # the URL far below slurmrestd's and proxies' limits.
@@ -70,4 +73,36 @@ def live_ids(data: Mapping[str, Any], names: Iterable[str] = ()) -> set[int]:
             continue
         if (i := num(j.get("job_id"))) > 0:
             out.add(i)
+    return out
+
+
+async def accounted_ids(slurm: SlurmClient, *, names: Iterable[str] = (),
+                        partitions: Iterable[str] = (), within: int) -> set[int] | None:
+    """Ids of the jobs named `names` (or in `partitions`) that slurmdbd saw pending or running
+    in the last `within` seconds and not ended. None where slurmrestd serves no slurmdbd
+    endpoints (not started with its slurmdbd plugin, no accounting) or the dialect cannot ask:
+    the caller reads the whole list instead."""
+    d = await slurm.dialect()  # detects the version, and with it slurm.serves_dbd_jobs
+    if not (slurm.serves_dbd_jobs and d.dbd_jobs):
+        return None
+    wanted, parts = sorted(set(names)), sorted(set(partitions))
+    chunks = ([wanted[k:k + NAMES_PER_QUERY] for k in range(0, len(wanted), NAMES_PER_QUERY)]
+              if wanted else [[]])
+    out: set[int] = set()
+    for chunk in chunks:
+        q = query(d, names=chunk, partitions=parts, within=within)
+        try:
+            data = await slurm.get(f"/slurmdb/{d.version}/jobs/", query=q,
+                                   what=f"slurmdbd jobs ({len(chunk)} names, "
+                                        f"{len(parts)} partitions)")
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if ERRNO_NOTHING_FOUND in e.errnos:
+                continue  # 22.05's empty answer
+            if e.status == 404 and not e.errnos:
+                slurm.serves_dbd_jobs = False  # slurmrestd's own "Unable find requested URL"
+                return None
+            raise
+        out |= live_ids(data, chunk)
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from slurmgate import jsonpool
 from slurmgate.logs import kv
-from slurmgate.slurm import accounting, dialects
+from slurmgate.slurm import dialects
 from slurmgate.slurm.dialects import (
     QUEUED_ANYWAY,
     SUPPORTED_VERSIONS,
@@ -78,8 +78,8 @@ class SlurmClient:
         self.user = user
         self._version = api_version
         # whether slurmrestd serves slurmdbd's job list (its OpenAPI document says, and a 404
-        # from it says it no longer does); assumed until then
-        self._dbd_offered = True
+        # from it says it no longer does; slurmgate.slurm.accounting); assumed until then
+        self.serves_dbd_jobs = True
         self._version_lock = asyncio.Lock()
 
     # --- lifecycle
@@ -129,7 +129,7 @@ class SlurmClient:
             }
             for v in SUPPORTED_VERSIONS:
                 if v in offered:
-                    self._dbd_offered = any(str(p).startswith(f"/slurmdb/{v}/jobs")
+                    self.serves_dbd_jobs = any(str(p).startswith(f"/slurmdb/{v}/jobs")
                                             for p in spec.get("paths") or {})
                     self._version = v
                     log.info("slurmrestd speaks %s (offers %s)", v, ", ".join(sorted(offered)))
@@ -270,37 +270,10 @@ class SlurmClient:
                                       keep=ours, seconds=max(self._timeout, WHOLE_LIST_TIMEOUT))
         return [parse_job(j) for j in kept]
 
-    async def accounted_ids(self, *, names: Iterable[str] = (),
-                            partitions: Iterable[str] = (), within: int) -> set[int] | None:
-        """Ids of the jobs named `names` (or in `partitions`) that slurmdbd saw pending or
-        running in the last `within` seconds and not ended: slurmgate.slurm.accounting.
-        None where slurmrestd serves no slurmdbd endpoints (not started with its slurmdbd
-        plugin, no accounting): the caller reads the whole list instead."""
-        d = await self.dialect()
-        if not (self._dbd_offered and d.dbd_jobs):
-            return None
-        wanted, parts = sorted(set(names)), sorted(set(partitions))
-        chunks = ([wanted[k:k + accounting.NAMES_PER_QUERY]
-                   for k in range(0, len(wanted), accounting.NAMES_PER_QUERY)]
-                  if wanted else [[]])
-        out: set[int] = set()
-        for chunk in chunks:
-            q = accounting.query(d, names=chunk, partitions=parts, within=within)
-            try:
-                _, data = await self._request(
-                    "GET", f"/slurmdb/{d.version}/jobs/", query=q,
-                    what=f"slurmdbd jobs ({len(chunk)} names, {len(parts)} partitions)")
-            except SlurmUnavailable:
-                raise
-            except SlurmError as e:
-                if accounting.ERRNO_NOTHING_FOUND in e.errnos:
-                    continue  # 22.05's empty answer
-                if e.status == 404 and not e.errnos:
-                    self._dbd_offered = False  # slurmrestd's own "Unable find requested URL"
-                    return None
-                raise
-            out |= accounting.live_ids(data or {}, chunk)
-        return out
+    async def get(self, path: str, what: str, query: str | None = None) -> dict[str, Any]:
+        """GET `path` (with `query`, escaped already): the answer's JSON, or SlurmError."""
+        _, data = await self._request("GET", path, what=what, query=query)
+        return data or {}
 
     async def _record(self, path: str, what: str,
                       gone: Callable[[SlurmError], bool]) -> dict[str, Any] | None:

@@ -51,10 +51,8 @@ class Slurm:
         self.calls.append(("partitions", 0))
         return [PartitionInfo("k8s", (), True, None, "UP", self.grace)]
 
-    async def accounted_ids(self, *, names: Iterable[str] = (),
-                            partitions: Iterable[str] = (), within: int) -> set[int] | None:
-        """slurmrestd without slurmdbd's endpoints (see test_lostjobs.py for one with)."""
-        return None
+    # slurmrestd without slurmdbd's endpoints (see test_lostjobs.py for one with)
+    serves_dbd_jobs = False
 
     async def our_jobs(self, comment_prefix: str) -> list[JobInfo]:
         self.calls.append(("list", len(self.site)))

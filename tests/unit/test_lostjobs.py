@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -21,19 +22,25 @@ from tests.unit.test_jobpoll import Slurm, foreign, tick
 
 
 class DbdSlurm(Slurm):
-    """A Slurm whose slurmrestd serves slurmdbd's job query: by name (job.name) or partition."""
+    """A Slurm whose slurmrestd serves slurmdbd's job query, answering it from slurmdbd's
+    index (`accounted`: it hears of jobs late) in its JSON form, by name or partition."""
+
+    serves_dbd_jobs = True
 
     def __init__(self, version: str, jobs: Iterable[JobInfo]) -> None:
         super().__init__(version, jobs)
-        self.accounted: set[int] = set(self.site)  # what slurmdbd has heard of (it lags)
+        self.accounted: set[int] = set(self.site)
 
-    async def accounted_ids(self, *, names: Iterable[str] = (),
-                            partitions: Iterable[str] = (), within: int) -> set[int] | None:
-        names, partitions = set(names), set(partitions)
+    async def get(self, path: str, what: str, query: str | None = None) -> dict[str, Any]:
+        q = dict(kv.split("=", 1) for kv in (query or "").split("&"))
+        names = set(unquote(q.get("job_name", "")).split(",")) - {""}
+        partitions = set(unquote(q.get("partition", "")).split(",")) - {""}
         self.calls.append(("dbd", sorted(names) or sorted(partitions)))
-        return {i for i in self.accounted if i in self.site
-                and (not names or self.site[i].name in names)
-                and (not partitions or self.site[i].partition in partitions)}
+        return {"jobs": [
+            {"job_id": i, "name": j.name, "partition": j.partition,
+             "state": {"current": [j.state]}}
+            for i, j in ((i, self.site[i]) for i in sorted(self.accounted) if i in self.site)
+            if (not names or j.name in names) and (not partitions or j.partition in partitions)]}
 
 
 def named_job(i: int, name: str, claim: str | None = None, partition: str = "k8s") -> JobInfo:
@@ -105,7 +112,7 @@ async def test_names_are_looked_up_at_most_every_look_every_and_expire() -> None
 
 
 async def test_without_slurmdbd_the_whole_list_stands_in_for_the_wishes() -> None:
-    slurm = Slurm("v0.0.42", [*foreign(10)])  # accounted_ids answers None
+    slurm = Slurm("v0.0.42", [*foreign(10)])  # serves no slurmdbd job query
     t = tracker(slurm, partitions=["k8s"])
     await tick(t)
     assert slurm.calls[0] == ("list", 10)

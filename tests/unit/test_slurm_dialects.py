@@ -17,7 +17,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from cluster import slurm_release
-from slurmgate.slurm import DIALECTS, JobSpec, SlurmClient, SlurmError, SlurmIgnoredField, dialects
+from slurmgate.slurm import (
+    DIALECTS,
+    JobSpec,
+    SlurmClient,
+    SlurmError,
+    SlurmIgnoredField,
+    accounting,
+    dialects,
+)
 from slurmgate.slurm.dialects import body_warnings, no_changes
 from slurmgate.slurm.models import ENDED_STATES
 
@@ -272,7 +280,7 @@ async def test_our_jobs_are_found_by_name_and_partition_in_slurmdbd(
     rp, c = replay
     d = DIALECTS[rp.api]
     name = f"k8s:rec/{rp.api}"
-    found = await c.accounted_ids(names=[name, "k8s:rec/none"], within=600)
+    found = await accounting.accounted_ids(c, names=[name, "k8s:rec/none"], within=600)
     sent = [qs for _, qs in rp.calls if qs.startswith("/slurmdb/")]
     if not d.dbd_jobs:
         assert found is None and sent == []
@@ -282,9 +290,9 @@ async def test_our_jobs_are_found_by_name_and_partition_in_slurmdbd(
             and not set(dialects.strs(j["state"]["current"])) & ENDED_STATES}
     assert status == 200 and found == live and live  # the recorder's running and pending job
     assert "job_name=k8s%3Arec%2F" in sent[-1] and "start_time=" in sent[-1]
-    assert await c.accounted_ids(names=["k8s:rec/none"], within=600) == set()
+    assert await accounting.accounted_ids(c, names=["k8s:rec/none"], within=600) == set()
     # by partition: the recorder's live jobs there, not the ones it had cancelled before
-    in_k8s = await c.accounted_ids(partitions=["k8s"], within=600)
+    in_k8s = await accounting.accounted_ids(c, partitions=["k8s"], within=600)
     _, body = answer(rp.release, rp.api, "dbd-jobs-partition")
     assert in_k8s == {j["job_id"] for j in body["jobs"]
                       if not set(dialects.strs(j["state"]["current"])) & ENDED_STATES}
