@@ -54,17 +54,19 @@ async def scrape(env: Env) -> dict[str, Samples]:
 
 
 async def wait_first_whole_list(env: Env, limit: float = 900.0) -> float:
-    """Until the binder has read Slurm's whole job list once (it reads one as it starts: at
-    50,000 jobs that takes minutes, measured apart, made directly, in seg["whole_list"]), so
-    the windows after it measure the binder's steady cost, not its start; seconds waited."""
+    """Until the binder's safety net has looked once (it looks as it starts: slurmdbd's jobs of
+    our partitions, or where slurmdbd is not served Slurm's whole job list, which at 50,000
+    jobs takes minutes, measured apart, made directly, in seg["whole_list"]), so the windows
+    after it measure the binder's steady cost, not its start; seconds waited."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
         try:
             samples = await env.binder_metrics()
         except Exception:  # not answering yet
             samples = []
-        if any(name.startswith("slurmgate_binder_slurm_polls") and labels.get("outcome") == "full"
-               and value >= 1 for name, labels, value in samples):
+        if any(name.startswith("slurmgate_binder_slurm_polls") and value >= 1
+               and labels.get("outcome") in ("full", "partitions")
+               for name, labels, value in samples):
             return round(time.monotonic() - t0, 1)
         await asyncio.sleep(1.0)
     raise TimeoutError(f"the binder read no whole job list within {limit:.0f} s")

@@ -46,6 +46,9 @@ log = logging.getLogger("slurmgate.actions")
 TENANCY_RETRY = 30.0
 CANCELLED_KEEP = 3600.0  # seconds a job we cancelled stays known as such
 SUBMITTED_KEEP = 60.0  # seconds a submit is remembered: the watch has the Pod's job id by then
+# how long a job is looked for after our submit got no answer: slurmrestd keeps the request and
+# may still make the job once slurmctld is back (seen 12 s later; the webhook waits 120 s)
+LOST_SUBMIT_WATCH = 120.0
 
 # the claims no cached Pod holds; adoption looks among their jobs
 UnclaimedJobs = Callable[[], list[JobInfo]]
@@ -145,7 +148,7 @@ class Actions:
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
-            self._submit_failed(e)
+            self._submit_failed(e, spec.name)
             await self.events.emit(pod, *_submit_event(e, spec), warning=True)
             raise
         self._remember_submit(claim, job_id)
@@ -159,9 +162,9 @@ class Actions:
                                + (f" as Slurm user {spec.user}" if spec.user else ""))
         return None
 
-    def _submit_failed(self, e: SlurmError) -> None:
+    def _submit_failed(self, e: SlurmError, name: str) -> None:
         if isinstance(e, SlurmUnavailable):  # no answer: the job may exist all the same
-            self.jobs.want_full()
+            self.jobs.want_named([name], LOST_SUBMIT_WATCH)
 
     def _remember_submit(self, claim: str, job_id: int) -> None:
         now = time.time()
@@ -209,7 +212,7 @@ class Actions:
             try:
                 job_id = await self.slurm.submit(spec)
             except SlurmError as e:
-                self._submit_failed(e)
+                self._submit_failed(e, spec.name)
                 reason, message = _submit_event(e, spec)
                 await asyncio.gather(*(self.events.emit(p, reason, message, warning=True)
                                        for p in members))

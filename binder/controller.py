@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract, tenancy
-from slurmgate.binder import actions, decide, metrics
+from slurmgate.binder import actions, decide, lostjobs, metrics
 from slurmgate.binder.actions import Actions
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.decision import Decision, Unit, World
@@ -32,7 +32,7 @@ from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
 log = logging.getLogger("slurmgate.binder")
 
 STUCK_AFTER = 30.0
-# how long whole lists are asked for after a Pod whose admission submit got no answer
+# how long a job is looked for after a Pod whose admission submit got no answer
 UNANSWERED_SUBMIT_WATCH = 60.0
 ANNOUNCED_MAX = 100_000
 
@@ -50,7 +50,8 @@ class Controller:
                                comment_of=lambda job_id: self.index.comment_by_job.get(job_id),
                                named=self._named_job_ids,
                                full_every=self.settings.full_list_interval,
-                               ready=lambda: self.pods.synced.is_set())
+                               ready=lambda: self.pods.synced.is_set(),
+                               partitions=[p for p in [self.settings.default_partition] if p])
         self.pods = Informer(kube, "/api/v1/pods", self._on_pod,
                              label_selector=f"{contract.MARK_LABEL}={contract.MARK_VALUE}")
         self.nodes = Informer(kube, "/api/v1/nodes", self._on_node,
@@ -79,19 +80,20 @@ class Controller:
             self.queue.add(req)
 
     def _on_pod(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if any(p is not None and ann(p).get(contract.A_JOB_STATE)
-               == contract.JOB_STATE_SUBMIT_PENDING for p in (old, new)):
+        unanswered = next((p for p in (new, old) if p is not None and ann(p).get(
+            contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING), None)
+        if unanswered is not None:
             # the webhook's submit got no answer (fail-open): slurmrestd may still make that
-            # job once slurmctld is back, beside the one we submit; only the whole list
-            # finds it (e2e test_slurmctld_killed_fail_open)
-            self.jobs.want_full(UNANSWERED_SUBMIT_WATCH)
+            # job once slurmctld is back, beside the one we submit; no Pod names it, so it is
+            # looked up by name (e2e test_slurmctld_killed_fail_open)
+            self.jobs.want_named(lostjobs.names_of(unanswered["metadata"]),
+                                 UNANSWERED_SUBMIT_WATCH)
         if new is not None and is_gated(new):
             self.jobs.kick()
             if ann(new).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMITTING:
-                # a submit handed off at admission: only the whole list knows its job (by
-                # claim), and it may land any time within the grace
-                self.jobs.want_full(handoff_left((new,), time.time(),
-                                                 contract.SUBMIT_HANDOFF_GRACE))
+                # a submit handed off at admission: its job may land any time within the grace
+                self.jobs.want_named(lostjobs.names_of(new["metadata"]), handoff_left(
+                    (new,), time.time(), contract.SUBMIT_HANDOFF_GRACE))
             job = ann(new).get(contract.A_JOB_ID, "")
             if old is None and job.isdigit():
                 self.index.pod_changed(key, old, new)  # so the push below finds its claim

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from slurmgate import contract
-from slurmgate.binder import jobpoll, metrics
+from slurmgate.binder import jobpoll, lostjobs, metrics
 from slurmgate.binder.displaced import RecentEnds
 from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
@@ -47,7 +47,7 @@ class JobTracker:
                  comment_of: Callable[[int], str | None] = lambda _: None,
                  named: Callable[[], Iterable[int]] = tuple,
                  full_every: float = jobpoll.FULL_EVERY,
-                 ready: Callable[[], bool] = lambda: True):
+                 ready: Callable[[], bool] = lambda: True, partitions: Iterable[str] = ()):
         self.slurm = slurm
         # the job ids our Pods' annotations name (some no poll has shown yet)
         self.named = named
@@ -63,8 +63,11 @@ class JobTracker:
         # set once a poll asked about every job our Pods name (`ready`: our Pods are known)
         self.synced = asyncio.Event()
         self.ready = ready
-        self.listed = asyncio.Event()  # the first whole list was read
-        self._listing: asyncio.Task[None] | None = None
+        # jobs of ours no Pod names yet: by name, and the safety net
+        self.finder = lostjobs.Finder(
+            slurm, self.schedule, known=lambda: self.by_claim.values(), add=self._add_found,
+            after_full=self._read_grace, wake=self.wake, partitions=partitions)
+        self.listed = self.finder.listed  # the safety net looked once
         self.synced_at = 0.0  # monotonic time of the last successful full answer
         self.healthy = False
         self.seen_running_at: dict[int, float] = {}  # job id -> when we first saw RUNNING
@@ -280,9 +283,7 @@ class JobTracker:
         plan = self.schedule.plan(sent, known, self.named(), {*self._pushed_at, *urgent},
                                   idle_every, self.grace)
         reads = 0
-        if plan.full:
-            self.schedule.listing = True
-            self._listing = asyncio.create_task(self._whole_list(sent))
+        self.finder.tick(sent, plan.full)
         try:
             if plan.ids:
                 fresh, gone, reads = await jobpoll.read(self.slurm, plan, known)
@@ -314,32 +315,22 @@ class JobTracker:
                        max(jobpoll.FAST_POLL, due)),
                    reads / jobpoll.READS_PER_SECOND)
 
-    async def _whole_list(self, sent: float) -> None:
-        """Slurm's whole list, beside the id polls: on a busy site it takes minutes (130 s at
-        50,000 jobs). Only ours are kept as it streams in, and it only adds jobs still unknown
-        at its end: a job it misses (an answer cut short) leaves only when a look at its own
-        id says so, and pushes and id polls learnt newer things meanwhile."""
-        try:
-            jobs = await self.slurm.our_jobs(contract.COMMENT_PREFIX)
-            listed = [j.job_id for j in jobs]
-            now_known = {j.job_id: j for j in self.by_claim.values()}
-            self._apply(jobpoll.merged(now_known, {j.job_id: j for j in jobs
-                                                   if j.job_id not in now_known}, set()), sent)
-            self.schedule.read_whole(listed, sent)
-            await self._read_grace()
-            self.schedule.done_full(sent, listed, time.monotonic() - sent)
-            self.listed.set()
-            metrics.SLURM_POLLS.labels("full").inc()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            self.schedule.full_failed(sent)
-            metrics.SLURM_POLLS.labels("error").inc()
-            log.warning("slurm whole job list failed; asked again later",
-                        extra=kv(error=str(e)))
-        finally:
-            self.schedule.listing = False
-            self._listing = None
+    def want_named(self, names: Iterable[str], for_seconds: float) -> None:
+        """Look for jobs with these names for `for_seconds` (binder/lostjobs.py)."""
+        self.finder.want_named(names, for_seconds)
+
+    def want_full(self, for_seconds: float = 0.0) -> None:
+        """The safety net soon, and every jobpoll.FULL_MIN_GAP for `for_seconds`."""
+        self.finder.want_full(for_seconds)
+
+    def _add_found(self, jobs: list[JobInfo], sent: float, complete: bool) -> None:
+        """Jobs found beside the id polls (binder/lostjobs.py): only those still unknown are
+        added (pushes and id polls learnt newer things meanwhile)."""
+        now_known = {j.job_id: j for j in self.by_claim.values()}
+        self._apply(jobpoll.merged(now_known, {j.job_id: j for j in jobs
+                                               if j.job_id not in now_known}, set()), sent,
+                    complete=complete)
+        self.schedule.read_whole([j.job_id for j in jobs], sent)
 
     async def _read_grace(self) -> None:
         """The partitions' GraceTimes (GET /partitions: its cost follows the site's partitions,
@@ -352,20 +343,11 @@ class JobTracker:
             return
         self.grace = {p.name: p.grace_time_seconds for p in parts if p.grace_time_seconds}
 
-    def want_full(self, for_seconds: float = 0.0) -> None:
-        """Read the whole list soon, and every jobpoll.FULL_MIN_GAP for `for_seconds`: a job
-        of ours may exist that no Pod names yet (a handed-off submit, a submit whose answer
-        was lost) and may still appear."""
-        now = time.monotonic()
-        self.schedule.want_full(now, now + for_seconds)
-        self.wake()
-
     async def run(self) -> None:
         try:
             await self._poll_forever()
         finally:
-            if self._listing is not None:
-                self._listing.cancel()
+            self.finder.cancel()
 
     async def _poll_forever(self) -> None:
         while True:

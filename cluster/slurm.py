@@ -313,9 +313,12 @@ def restd_argv(c: SlurmCluster) -> tuple[list[str], dict[str, str]]:
     port = c.rest_url.rsplit(":", 1)[1]
     r = slurm_release.release(c.version)
     c_env = {**c.env, **c.daemon_env(), "SLURM_JWT": "daemon"}
+    # slurmdbd's endpoints where it runs: the binder finds lost jobs of ours there
+    plugins = r.openapi_plugins + (f",{r.openapi_dbd_plugin}"
+                                   if (c.run_dir / "slurmdbd.conf").exists() else "")
     argv, env = slurm_release.command(c.root, [
         "slurmrestd", "-f", str(c.conf), "-a", "rest_auth/jwt", "-u", REST_USER, "-g",
-        REST_USER, "-s", r.openapi_plugins, f"127.0.0.1:{port}",
+        REST_USER, "-s", plugins, f"127.0.0.1:{port}",
         *(f"{ip}:{port}" for ip in c.rest_listen_ips),
     ], c_env)
     return argv, {**env, **c_env}

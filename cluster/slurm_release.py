@@ -29,6 +29,8 @@ class Release:
     suite: str | None
     # slurmrestd -s: 24.11 dies at start with the default set when there is no slurmdbd.
     openapi_plugins: str
+    # ...and its slurmdbd plugin, added where slurmdbd runs (binder/lostjobs.py asks it).
+    openapi_dbd_plugin: str
     # The newest REST version the release serves: the one slurmgate picks.
     rest_api: str
     # 24.11+ slurmd exits without a cgroup filesystem unless cgroup.conf disables the plugin.
@@ -38,10 +40,12 @@ class Release:
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
-        Release("22.05", None, "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36", "v0.0.38",
-                None),
-        Release("24.11", "trixie", "openapi/slurmctld", "v0.0.42", "CgroupPlugin=disabled\n"),
-        Release("26.05", "sid", "openapi/slurmctld", "v0.0.45", "CgroupPlugin=disabled\n"),
+        Release("22.05", None, "openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36",
+                "openapi/dbv0.0.38", "v0.0.38", None),
+        Release("24.11", "trixie", "openapi/slurmctld", "openapi/slurmdbd", "v0.0.42",
+                "CgroupPlugin=disabled\n"),
+        Release("26.05", "sid", "openapi/slurmctld", "openapi/slurmdbd", "v0.0.45",
+                "CgroupPlugin=disabled\n"),
     )
 }
 NEWEST = "26.05"

@@ -78,6 +78,9 @@ class SlurmClient:
         self.user = user
         self._version = api_version
         self.write_guard: Callable[[], None] | None = None
+        # whether slurmrestd serves slurmdbd's job list (its OpenAPI document says, and a 404
+        # from it says it no longer does; slurmgate.slurm.accounting); assumed until then
+        self.serves_dbd_jobs = True
         self._version_lock = asyncio.Lock()
 
     # --- lifecycle
@@ -135,6 +138,8 @@ class SlurmClient:
             }
             for v in SUPPORTED_VERSIONS:
                 if v in offered:
+                    self.serves_dbd_jobs = any(str(p).startswith(f"/slurmdb/{v}/jobs")
+                                            for p in spec.get("paths") or {})
                     self._version = v
                     log.info("slurmrestd speaks %s (offers %s)", v, ", ".join(sorted(offered)))
                     return v
@@ -273,6 +278,11 @@ class SlurmClient:
         kept = await self._http.items(f"{base}/jobs", what="list jobs", prefix="jobs.item",
                                       keep=ours, seconds=max(self._timeout, WHOLE_LIST_TIMEOUT))
         return [parse_job(j) for j in kept]
+
+    async def get(self, path: str, what: str, query: str | None = None) -> dict[str, Any]:
+        """GET `path` (with `query`, escaped already): the answer's JSON, or SlurmError."""
+        _, data = await self._request("GET", path, what=what, query=query)
+        return data or {}
 
     async def _record(self, path: str, what: str,
                       gone: Callable[[SlurmError], bool]) -> dict[str, Any] | None:

@@ -73,27 +73,35 @@ class Dialect:
     # follows our jobs, not the site's (recorded on 24.11 and 26.05 at v0.0.42+). Without it
     # (v0.0.38; v0.0.40/41 untested) each job of ours is read alone with GET /job/{id}.
     state_query: bool
+    # slurmdbd's job list (GET /slurmdb/{version}/jobs/), filtered by name, partition and
+    # start_time, is usable (slurmgate/slurm/accounting.py). 24.11's v0.0.40/v0.0.41 answer
+    # any start_time 422, as they do update_time.
+    dbd_jobs: bool
+    # ...its start_time is a Unix time (else, v0.0.38, only Slurm's own time forms: "now-N"
+    # seconds). Its lists are CSV, the commas escaped (%2C) on every release; an unescaped ':'
+    # or '/' makes it "Unable to parse query".
+    dbd_since_unix: bool
 
 
 _V38 = Dialect(
     "v0.0.38", number_objects=False, exclusive=("exclusive", "exclusive"), script_in_job=False,
     environment_list=False, node_range=False, gpus_as_tres=False, clock_in_jobs=False,
     update_time_query=True, idle_is_304=True, node_update=False, cancel_status=False,
-    partition_flags=True, state_query=False)
+    partition_flags=True, state_query=False, dbd_jobs=True, dbd_since_unix=False)
 _V42 = Dialect(
     "v0.0.42", number_objects=True, exclusive=("shared", ["none"]), script_in_job=True,
     environment_list=True, node_range=True, gpus_as_tres=True, clock_in_jobs=True,
     update_time_query=True, idle_is_304=False, node_update=True, cancel_status=True,
-    partition_flags=False, state_query=True)
+    partition_flags=False, state_query=True, dbd_jobs=True, dbd_since_unix=True)
 
 DIALECTS: dict[str, Dialect] = {
     "v0.0.38": _V38,
     # recorded from 24.11: a DELETE of a missing job answers 200 with neither status[] nor
     # errors[], and update_time cannot be given
     "v0.0.40": replace(_V42, version="v0.0.40", cancel_status=False, update_time_query=False,
-                       state_query=False),
+                       state_query=False, dbd_jobs=False),
     "v0.0.41": replace(_V42, version="v0.0.41", cancel_status=False, update_time_query=False,
-                       state_query=False),
+                       state_query=False, dbd_jobs=False),
     "v0.0.42": _V42,
     "v0.0.43": replace(_V42, version="v0.0.43"),
     "v0.0.44": replace(_V42, version="v0.0.44"),

@@ -7,7 +7,7 @@ import re
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-_VERSIONED = re.compile(r"^/slurm/v\d+\.\d+\.\d+/")
+_VERSIONED = re.compile(r"^/slurm(db)?/v\d+\.\d+\.\d+/")
 _ID = re.compile(r"/\d+(?=/|$)")
 _NODE = re.compile(r"^node/[^/]+$")
 # fine below 50 ms, where a single request's answer lies on any site (the busy-site bench
@@ -18,8 +18,10 @@ LAT_BUCKETS = (0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0
 
 def endpoint(path: str) -> str:
     """A path as a bounded label: the version and every id or node name replaced
-    (/slurm/v0.0.42/job/17 -> job/{id}, /slurm/v0.0.42/node/n1 -> node/{name})."""
-    p = _VERSIONED.sub("", path.split("?", 1)[0]).strip("/")
+    (/slurm/v0.0.42/job/17 -> job/{id}, /slurm/v0.0.42/node/n1 -> node/{name};
+    /slurmdb/v0.0.42/jobs/ -> slurmdb/jobs)."""
+    p = _VERSIONED.sub(lambda m: "slurmdb/" if m.group(1) else "",
+                       path.split("?", 1)[0]).strip("/")
     p = _ID.sub("/{id}", "/" + p).lstrip("/")
     return "node/{name}" if _NODE.match(p) else p or "/"
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import ijson  # type: ignore[import-untyped]
+import yarl
 
 from slurmgate import jsonpool
 from slurmgate.slurm.dialects import body_warnings, error_text
@@ -206,9 +207,13 @@ class Transport:
         limit = aiohttp.ClientTimeout(total=seconds) if seconds else self.timeout
         t0 = time.perf_counter()
         count = _Count()
+        query = kw.pop("query", None)
+        # a query escaped by the caller stays as it is: slurmdbd's refuses ':' and '/' that
+        # yarl leaves unescaped (the metrics still name the path alone)
+        url: str | yarl.URL = (yarl.URL(f"{self.base_url}{path}?{query}", encoded=True)
+                               if query else f"{self.base_url}{path}")
         try:
-            async with self.session().request(
-                method, f"{self.base_url}{path}", timeout=limit, **kw) as resp:
+            async with self.session().request(method, url, timeout=limit, **kw) as resp:
                 count.status = resp.status
                 yield resp, count
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
@@ -236,6 +241,7 @@ class Transport:
         *,
         what: str,
         params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        query: str | None = None,
         body: Any = None,
         allow_304: bool = False,
         keep_comment_prefix: str | None = None,
@@ -249,8 +255,10 @@ class Transport:
         A 2xx answer whose warnings point into ``body`` raises SlurmIgnoredField, with the
         parsed answer in ``.answer`` (a submit may have created a job all the same).
         ``user``: act as this Slurm user for this request only (default: ``self.user``).
-        ``seconds``: how long this request may take (default: the client's timeout)."""
-        async with self._exchange(method, path, what, seconds, params=params, json=body,
+        ``seconds``: how long this request may take (default: the client's timeout).
+        ``query``: a query string escaped already, sent as it is."""
+        async with self._exchange(method, path, what, seconds, params=params, query=query,
+                                  json=body,
                                   headers=self._headers(user)) as (resp, count):
             status = resp.status
             if status == 304 and allow_304:

@@ -51,6 +51,9 @@ class Slurm:
         self.calls.append(("partitions", 0))
         return [PartitionInfo("k8s", (), True, None, "UP", self.grace)]
 
+    # slurmrestd without slurmdbd's endpoints (see test_lostjobs.py for one with)
+    serves_dbd_jobs = False
+
     async def our_jobs(self, comment_prefix: str) -> list[JobInfo]:
         self.calls.append(("list", len(self.site)))
         return [j for j in self.site.values() if (j.comment or "").startswith(comment_prefix)]
@@ -66,8 +69,8 @@ def tracker(slurm: Slurm, named: set[int] | None = None) -> tuple[JobTracker, li
 async def tick(t: JobTracker) -> float:
     """One poll, and the whole list it may have started beside it, read to its end."""
     delay = await t.poll_once()
-    if t._listing is not None:
-        await t._listing
+    if t.finder._listing is not None:
+        await t.finder._listing
     return delay
 
 
@@ -410,14 +413,14 @@ async def test_the_whole_list_runs_beside_the_id_polls_and_sync_waits_for_our_po
     t = JobTracker(slurm, lambda c, j: seen.append((c, j and j.state)),  # type: ignore[arg-type]
                    named=lambda: {1}, ready=lambda: pods_known[0])
     await t.poll_once()
-    assert t._listing is not None and not t.synced.is_set()  # our Pods not all known yet
+    assert t.finder._listing is not None and not t.synced.is_set()  # our Pods not all known yet
     pods_known[0] = True
     slurm.site[1] = job(1, "RUNNING")
     await t.poll_once()  # the whole list still streams in
     assert t.synced.is_set() and not t.listed.is_set()
     assert t.by_claim["c1"].state == "RUNNING"
     release.set()
-    await t._listing
+    await t.finder._listing
     assert t.listed.is_set() and t.by_claim["lost"].job_id == 2  # no Pod names it
     assert t.by_claim["c1"].state == "RUNNING"
 

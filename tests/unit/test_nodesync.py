@@ -165,15 +165,17 @@ def test_failed_nodes_are_read_after_the_job_was_seen() -> None:
     assert fake.calls == calls
 
 
-def test_a_pod_whose_admission_submit_got_no_answer_asks_for_whole_lists() -> None:
+def test_a_pod_whose_admission_submit_got_no_answer_has_its_job_looked_for_by_name() -> None:
     """Fail-open admitted it while Slurm was away: slurmrestd may still make the webhook's job
-    beside the one the binder submits, and only a whole list finds that one."""
+    beside the one the binder submits; no Pod names that job, so it is looked for by name."""
     import time as _time
 
     from slurmgate.binder import controller
     b = Binder(object(), FakeSlurm([]))  # type: ignore[arg-type]
     pod = knode()  # any object with metadata will do for the handler's annotation read
     pod["metadata"]["annotations"] = {contract.A_JOB_STATE: contract.JOB_STATE_SUBMIT_PENDING}
+    pod["metadata"]["namespace"] = "ns"
     before = _time.monotonic()
     b._on_pod("ns/p", None, pod)
-    assert b.jobs.schedule.wanted_until >= before + controller.UNANSWERED_SUBMIT_WATCH
+    name = f"{contract.JOB_NAME_PREFIX}ns/{pod['metadata']['name']}"
+    assert b.jobs.finder.wanted.until[name] >= before + controller.UNANSWERED_SUBMIT_WATCH
