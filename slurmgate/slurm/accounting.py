@@ -10,7 +10,9 @@ lost: it is the Pod's or the group's) or by partition, and by a time window. Its
 the jobs asked about, so its cost follows those names, not the site's job count.
 
 slurmdbd only serves as an index here: it stores no job comment unless the site set
-AccountingStoreFlags=job_comment, and it hears of a job slightly after slurmctld. So the ids it
+AccountingStoreFlags=job_comment, and it hears of a job slightly after slurmctld, and only once
+the job is eligible (measured on 26.05: a held job is not there; our placeholders are never
+held). So the ids it
 gives are read again from slurmctld (GET /job/{id}, one per job found), whose record (comment,
 claim, state) is the truth; callers ask again for as long as the job may still appear.
 

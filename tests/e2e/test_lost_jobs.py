@@ -23,10 +23,11 @@ def test_an_orphan_is_found_in_slurmdbd_without_the_whole_list(local: Local, bri
                                                                ns: str) -> None:
     claim = uuid.uuid4().hex
     # what a webhook submit leaves behind when its answer is lost and its Pod is gone: our
-    # name and comment, held so that it takes no node from the tests that follow
-    out = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "--hold", "-p", "k8s",
-                    "-J", f"k8s:{ns}/ghost", f"--comment=slurmgate claim={claim} pod={ns}/ghost",
-                    "--wrap", "sleep 600")
+    # name and comment, and a node it holds until found (not held: slurmctld tells slurmdbd
+    # of a job only once it is eligible, and our placeholders never are held)
+    out = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "k8s",
+                    "--exclusive", "-N1", "--mem=1000", "-J", f"k8s:{ns}/ghost",
+                    f"--comment=slurmgate claim={claim} pod={ns}/ghost", "--wrap", "sleep 600")
     job_id = out.strip().split(";")[0]
     t0 = time.monotonic()
     dbd0 = metric(bridge.binder_url, REQUESTS, 'endpoint="slurmdb/jobs"')
