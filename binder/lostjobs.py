@@ -42,6 +42,10 @@ NAME_WINDOW = 900
 # the safety net asks about the time since its last look plus this (clocks, slurmdbd's lag)
 SCAN_MARGIN = 300
 NAMES_MAX = 10_000  # names wanted at once; beyond it the oldest wishes are dropped
+# how long the safety net leaves an id that was not ours unread (a slurmctld that lost its state
+# reuses ids: a job of ours under such an id is found at the latest this much later)
+NOT_OURS_KEEP = 600.0
+NOT_OURS_MAX = 100_000
 
 
 @dataclass
@@ -82,15 +86,43 @@ def group_name(namespace: str, group: str) -> str:
     return f"{contract.JOB_NAME_PREFIX}{namespace}/group:{group}"[:200]
 
 
+@dataclass
+class NotOurs:
+    """Ids the safety net read and found not ours (another's job) or unknown to slurmctld
+    (slurmdbd's runaway jobs: a controller that lost its state never told slurmdbd they ended,
+    so they stay live there for good). Each is read once per NOT_OURS_KEEP, not at every look:
+    on 22.05 every read is a GET /job/{id}, and a look that grew with them was paced away."""
+    at: dict[int, float] = field(default_factory=dict)
+
+    def skip(self, ids: set[int], now: float) -> set[int]:
+        self.at = {i: t for i, t in self.at.items() if now - t < NOT_OURS_KEEP}
+        while len(self.at) > NOT_OURS_MAX:
+            del self.at[next(iter(self.at))]
+        return {i for i in ids if i not in self.at}
+
+    def saw(self, records: dict[int, JobInfo | None], now: float) -> None:
+        for i, j in records.items():
+            if j is None or contract.claim_from_comment(j.comment) is None:
+                self.at[i] = now
+
+
 async def find(slurm: SlurmClient, known: Iterable[int], *, names: Iterable[str] = (),
-               partitions: Iterable[str] = (), within: int) -> list[JobInfo] | None:
+               partitions: Iterable[str] = (), within: int,
+               not_ours: NotOurs | None = None) -> list[JobInfo] | None:
     """Our live jobs (by comment) that slurmdbd names for `names` or `partitions`, read whole
-    from slurmctld, less the `known` ids. None: slurmrestd serves no slurmdbd job query."""
+    from slurmctld, less the `known` ids (and those `not_ours` read lately). None: slurmrestd
+    serves no slurmdbd job query."""
     ids = await accounting.accounted_ids(slurm, names=names, partitions=partitions,
                                          within=within)
     if ids is None:
         return None
-    records = await slurm.jobs_by_id(ids - set(known))
+    ids -= set(known)
+    now = time.monotonic()
+    if not_ours is not None:
+        ids = not_ours.skip(ids, now)
+    records = await slurm.jobs_by_id(ids)
+    if not_ours is not None:
+        not_ours.saw(records, now)
     return [j for j in records.values()
             if j is not None and contract.claim_from_comment(j.comment) is not None]
 
@@ -121,6 +153,7 @@ class Finder:
         self.wake = wake
         self.partitions = tuple(partitions)  # beside those of our jobs (DEFAULT_PARTITION)
         self.wanted = Wanted()
+        self.not_ours = NotOurs()
         self.listed = asyncio.Event()  # the safety net looked once
         self._scanned_at: float | None = None
         self._listing: asyncio.Task[None] | None = None
@@ -182,7 +215,8 @@ class Finder:
             parts = {j.partition for j in self.known() if j.partition} | set(self.partitions)
             found = None if not parts else await find(
                 self.slurm, self._known_ids(), partitions=parts,
-                within=scan_window(self._scanned_at, self.schedule.full_every))
+                within=scan_window(self._scanned_at, self.schedule.full_every),
+                not_ours=self.not_ours)
             jobs = found if found is not None else await self.slurm.our_jobs(
                 contract.COMMENT_PREFIX)
             self._scanned_at = sent

@@ -6,6 +6,7 @@ and end to end in the e2e suite (test_faults_slurm.py, test_submit_handoff.py)."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -23,13 +24,14 @@ from tests.unit.test_jobpoll import Slurm, foreign, tick
 
 class DbdSlurm(Slurm):
     """A Slurm whose slurmrestd serves slurmdbd's job query, answering it from slurmdbd's
-    index (`accounted`: it hears of jobs late) in its JSON form, by name or partition."""
+    index (`db`: it hears of jobs late) in its JSON form, by name or partition."""
 
     serves_dbd_jobs = True
 
     def __init__(self, version: str, jobs: Iterable[JobInfo]) -> None:
         super().__init__(version, jobs)
-        self.accounted: set[int] = set(self.site)
+        # slurmdbd's own records: it hears of jobs late, and keeps runaways slurmctld forgot
+        self.db: dict[int, JobInfo] = dict(self.site)
 
     async def get(self, path: str, what: str, query: str | None = None) -> dict[str, Any]:
         q = dict(kv.split("=", 1) for kv in (query or "").split("&"))
@@ -39,7 +41,7 @@ class DbdSlurm(Slurm):
         return {"jobs": [
             {"job_id": i, "name": j.name, "partition": j.partition,
              "state": {"current": [j.state]}}
-            for i, j in ((i, self.site[i]) for i in sorted(self.accounted) if i in self.site)
+            for i, j in sorted(self.db.items())
             if (not names or j.name in names) and (not partitions or j.partition in partitions)]}
 
 
@@ -70,7 +72,7 @@ async def test_a_lost_submit_is_found_by_its_name_not_in_the_whole_list(version:
     assert slurm.calls[0] == ("dbd", ["k8s"]) and ("list", 3000) not in slurm.calls
     lost = named_job(7, "k8s:ns/p7", claim="lost")
     slurm.site[7] = lost  # slurmrestd made it after our request had timed out
-    slurm.accounted.add(7)
+    slurm.db[7] = slurm.site[7]
     slurm.calls.clear()
     t.want_named(lostjobs.names_of({"namespace": "ns", "name": "p7"}), 60)
     await look(t)
@@ -87,7 +89,7 @@ async def test_a_name_is_looked_for_until_its_job_appears_then_for_as_long_as_as
     await look(t)
     assert "late" not in t.by_claim  # slurmctld has not made it yet
     slurm.site[8] = named_job(8, "k8s:ns/late", claim="late")
-    slurm.accounted.add(8)
+    slurm.db[8] = slurm.site[8]
     t.finder.wanted.looked_at = float("-inf")  # LOOK_EVERY has passed
     await look(t)
     assert t.by_claim["late"].job_id == 8
@@ -177,3 +179,29 @@ def test_slurmdbds_job_query_has_a_label_of_its_own() -> None:
     assert endpoint("/slurmdb/v0.0.42/jobs/") == "slurmdb/jobs"
     assert endpoint("/slurm/v0.0.42/jobs") == "jobs"  # the whole list, never confused with it
     assert endpoint("/slurm/v0.0.38/job/17") == "job/{id}"
+
+
+async def test_the_safety_net_reads_an_id_not_ours_once_not_at_every_look() -> None:
+    """slurmdbd's runaway jobs (a controller that lost its state) and other users' jobs in our
+    partition stay live there: each is read once per NOT_OURS_KEEP, so a look does not grow
+    with them (22.05 reads each alone, and a slow look is paced away)."""
+    slurm = DbdSlurm("v0.0.38", [named_job(3, "k8s:ns/p3")])
+    for i in (70, 71):  # runaways: slurmdbd has them, slurmctld does not
+        slurm.db[i] = named_job(i, f"k8s:ns/old{i}", claim=f"old{i}")
+    slurm.site[72] = dataclasses.replace(named_job(72, "batch"), comment="someone's")
+    slurm.db[72] = slurm.site[72]
+    t = tracker(slurm, partitions=["k8s"])
+    await tick(t)
+    assert ("whole", [3, 70, 71, 72]) in slurm.calls and "c3" in t.by_claim
+    slurm.calls.clear()
+    slurm.site[9] = named_job(9, "k8s:ns/p9", claim="new")
+    slurm.db[9] = slurm.site[9]
+    t.schedule.full_at = float("-inf")  # the next safety net is due
+    await tick(t)
+    assert ("whole", [9]) in slurm.calls and "new" in t.by_claim
+    assert not [c for c in slurm.calls if c[0] == "whole" and {70, 71, 72} & set(c[1])]
+    t.finder.not_ours.at = {i: v - lostjobs.NOT_OURS_KEEP for i, v in t.finder.not_ours.at.items()}
+    t.schedule.full_at = float("-inf")
+    slurm.calls.clear()
+    await tick(t)
+    assert ("whole", [70, 71, 72]) in slurm.calls  # read again once NOT_OURS_KEEP is past
