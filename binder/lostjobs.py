@@ -222,7 +222,11 @@ class Finder:
             self._scanned_at = sent
             self.add(jobs, sent, True)
             await self.after_full()
-            self.schedule.done_full(sent, [j.job_id for j in jobs], time.monotonic() - sent)
+            # only a whole list is paced by what it took (its cost is the site's); a look in
+            # slurmdbd costs our partitions' jobs, and its length is slurmctld's latency of
+            # the moment (after a restart, seconds), which must not put the next one off
+            took = time.monotonic() - sent if found is None else 0.0
+            self.schedule.done_full(sent, [j.job_id for j in jobs], took)
             self.listed.set()
             metrics.SLURM_POLLS.labels("full" if found is None else "partitions").inc()
         except asyncio.CancelledError:

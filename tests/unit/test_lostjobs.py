@@ -205,3 +205,19 @@ async def test_the_safety_net_reads_an_id_not_ours_once_not_at_every_look() -> N
     slurm.calls.clear()
     await tick(t)
     assert ("whole", [70, 71, 72]) in slurm.calls  # read again once NOT_OURS_KEEP is past
+
+
+async def test_a_slow_look_in_slurmdbd_does_not_put_the_next_off() -> None:
+    """Only the whole list is paced by its length (the site's cost); a look in slurmdbd that
+    was slow because slurmctld was (a restart) comes again after BINDER_FULL_LIST_INTERVAL."""
+    slurm = DbdSlurm("v0.0.38", [named_job(3, "k8s:ns/p3")])
+    t = tracker(slurm, partitions=["k8s"])
+    t.schedule.full_every = 10.0
+    await t.finder._safety_net(time.monotonic() - 30.0)  # sent 30 s ago: it took 30 s
+    assert "c3" in t.by_claim and t.schedule.full_took == 0.0
+    assert t.schedule.plan(t.schedule.full_at + 10.0, {}, (), (), 15.0).full
+    # the whole list, where slurmdbd is not served, is paced by what it took, as before
+    plain = Slurm("v0.0.38", [named_job(3, "k8s:ns/p3")])
+    t = tracker(plain, partitions=["k8s"])
+    await t.finder._safety_net(time.monotonic() - 30.0)
+    assert t.schedule.full_took >= 30.0
