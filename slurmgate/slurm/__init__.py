@@ -3,7 +3,8 @@
 * ``models``: job, node and partition records, errors, the one job-state model;
 * ``dialects``: the table of what differs between REST versions, parsing, request bodies;
 * ``transport``: token, HTTP session, answers to data or errors (warnings included);
-* ``client``: SlurmClient, the operations;
+* ``client``: SlurmClient, the operations (``nodeops``: its node and partition ones);
+* ``accounting``: slurmdbd's job query, by name or partition (jobs of ours no Pod names);
 * ``placeholder``: the placeholder job's whole shape, and a Pod's JobSpec.
 """
 

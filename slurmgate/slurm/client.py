@@ -23,8 +23,6 @@ from slurmgate.slurm.dialects import (
     Dialect,
     num,
     parse_job,
-    parse_node,
-    parse_partition,
     status_errors,
     submitted_id,
     text,
@@ -32,13 +30,12 @@ from slurmgate.slurm.dialects import (
 from slurmgate.slurm.models import (
     JobInfo,
     JobSpec,
-    NodeInfo,
-    PartitionInfo,
     SlurmError,
     SlurmIgnoredField,
     SlurmRefused,
     SlurmUnavailable,
 )
+from slurmgate.slurm.nodeops import NodeOperations
 from slurmgate.slurm.restmetrics import RestMetrics
 from slurmgate.slurm.transport import Transport
 
@@ -56,7 +53,7 @@ JOB_READS_AT_ONCE = 8
 WHOLE_LIST_TIMEOUT = 600.0
 
 
-class SlurmClient:
+class SlurmClient(NodeOperations):
     def __init__(
         self,
         base_url: str,
@@ -374,52 +371,3 @@ class SlurmClient:
             err = SlurmError(f"{what} failed", 200, [t for t, _ in errs])
             err.errnos = [n for _, n in errs if n is not None]
             raise err
-
-    async def nodes(self) -> list[NodeInfo]:
-        base, _ = await self._base()
-        _, data = await self._request("GET", f"{base}/nodes", what="list nodes")
-        return [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
-
-    async def node(self, name: str) -> NodeInfo | None:
-        """One node's record (None: Slurm has no such node), GET /node/{name}: its cost is one
-        node's, whatever the site's size."""
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-            raise ValueError(f"bad node name {name!r}")
-        base, _ = await self._base()
-        # 24.11 answers an unknown name 200 with an error "Failure to query node <name>"
-        data = await self._record(f"{base}/node/{name}", f"node {name}",
-                                  lambda e: any(f"query node {name}" in m for m in e.errors))
-        found = [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
-        return next((n for n in found if n.name == name), None)
-
-    async def partitions(self) -> list[PartitionInfo]:
-        base, _ = await self._base()
-        _, data = await self._request("GET", f"{base}/partitions", what="list partitions")
-        return [
-            parse_partition(p)
-            for p in (data or {}).get("partitions") or []
-            if isinstance(p, Mapping)
-        ]
-
-    async def _update_node(self, node: str, body: dict[str, Any], what: str) -> None:
-        base, d = await self._base()
-        if not d.node_update:
-            raise NotImplementedError(
-                f"{what}: slurmrestd {d.version} (Slurm 22.05) has no node update endpoint "
-                "(only GET /node/{name}); POST /node/{name} exists from v0.0.39 (Slurm 23.02). "
-                "Use `scontrol update nodename=... state=drain` instead."
-            )
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", node):
-            raise ValueError(f"bad node name {node!r}")
-        await self._request("POST", f"{base}/node/{node}", what=what, body=body)
-
-    async def drain(self, node: str, reason: str) -> None:
-        if not reason:
-            raise ValueError("Slurm requires a reason to drain a node")
-        await self._update_node(
-            node, {"state": ["DRAIN"], "reason": reason}, f"drain node {node}"
-        )
-
-    async def resume(self, node: str) -> None:
-        await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}")
-

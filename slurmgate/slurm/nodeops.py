@@ -1,0 +1,80 @@
+"""SlurmClient's node and partition operations (a part of the client: slurmgate.slurm.client).
+
+Reads cost the site's node or partition count (a handful to thousands of records, never its
+jobs); a single node is read by name. Drain and resume go over REST where the dialect has
+POST /node/{name} (23.02+); 22.05 has none (the binder uses scontrol there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurmgate.slurm.dialects import Dialect, parse_node, parse_partition
+from slurmgate.slurm.models import NodeInfo, PartitionInfo, SlurmError
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class NodeOperations:
+    """Mixed into SlurmClient, which provides the three requests below."""
+
+    async def _base(self) -> tuple[str, Dialect]:
+        raise NotImplementedError
+
+    async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, dict | None]:
+        raise NotImplementedError
+
+    async def _record(self, path: str, what: str,
+                      gone: Callable[[SlurmError], bool]) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    async def nodes(self) -> list[NodeInfo]:
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/nodes", what="list nodes")
+        return [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
+
+    async def node(self, name: str) -> NodeInfo | None:
+        """One node's record (None: Slurm has no such node), GET /node/{name}: its cost is one
+        node's, whatever the site's size."""
+        if not _NODE_NAME.fullmatch(name):
+            raise ValueError(f"bad node name {name!r}")
+        base, _ = await self._base()
+        # 24.11 answers an unknown name 200 with an error "Failure to query node <name>"
+        data = await self._record(f"{base}/node/{name}", f"node {name}",
+                                  lambda e: any(f"query node {name}" in m for m in e.errors))
+        found = [parse_node(n) for n in (data or {}).get("nodes") or [] if isinstance(n, Mapping)]
+        return next((n for n in found if n.name == name), None)
+
+    async def partitions(self) -> list[PartitionInfo]:
+        base, _ = await self._base()
+        _, data = await self._request("GET", f"{base}/partitions", what="list partitions")
+        return [
+            parse_partition(p)
+            for p in (data or {}).get("partitions") or []
+            if isinstance(p, Mapping)
+        ]
+
+    async def _update_node(self, node: str, body: dict[str, Any], what: str) -> None:
+        base, d = await self._base()
+        if not d.node_update:
+            raise NotImplementedError(
+                f"{what}: slurmrestd {d.version} (Slurm 22.05) has no node update endpoint "
+                "(only GET /node/{name}); POST /node/{name} exists from v0.0.39 (Slurm 23.02). "
+                "Use `scontrol update nodename=... state=drain` instead."
+            )
+        if not _NODE_NAME.fullmatch(node):
+            raise ValueError(f"bad node name {node!r}")
+        await self._request("POST", f"{base}/node/{node}", what=what, body=body)
+
+    async def drain(self, node: str, reason: str) -> None:
+        if not reason:
+            raise ValueError("Slurm requires a reason to drain a node")
+        await self._update_node(
+            node, {"state": ["DRAIN"], "reason": reason}, f"drain node {node}"
+        )
+
+    async def resume(self, node: str) -> None:
+        await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}")
+
