@@ -30,7 +30,7 @@ from slurmgate import contract
 from slurmgate.binder import metrics
 from slurmgate.binder.jobpoll import Schedule
 from slurmgate.logs import kv
-from slurmgate.slurm import JobInfo, SlurmClient, accounting
+from slurmgate.slurm import JobInfo, SlurmClient, accounting, placeholder
 
 log = logging.getLogger("slurmgate.jobs")
 
@@ -76,14 +76,15 @@ def names_of(meta: dict) -> tuple[str, ...]:
     """The names a Pod's job may carry: the webhook names it `k8s:ns/name`, or, when the Pod
     was created with generateName (no name yet at admission), `k8s:ns/generateName*`."""
     ns = meta.get("namespace", "")
-    out = [f"{contract.JOB_NAME_PREFIX}{ns}/{meta['name']}"[:200]] if meta.get("name") else []
-    if meta.get("generateName"):
-        out.append(f"{contract.JOB_NAME_PREFIX}{ns}/{meta['generateName']}*"[:200])
+    out = [placeholder.job_name(ns, meta["name"])] if meta.get("name") else []
+    if meta.get("generateName"):  # what pod_display_name gave at admission
+        out.append(placeholder.job_name(ns, placeholder.pod_display_name(
+            {"generateName": meta["generateName"]})))
     return tuple(out)
 
 
 def group_name(namespace: str, group: str) -> str:
-    return f"{contract.JOB_NAME_PREFIX}{namespace}/group:{group}"[:200]
+    return placeholder.job_name(namespace, f"group:{group}")
 
 
 @dataclass

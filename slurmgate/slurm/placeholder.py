@@ -36,10 +36,16 @@ def pod_display_name(meta: dict) -> str:
     return meta.get("name") or f"{meta.get('generateName', '')}*"
 
 
+def job_name(namespace: str, display: str) -> str:
+    """The placeholder job's name: `k8s:<namespace>/<display>` (a Pod's display name, or
+    `group:<name>`), as Slurm keeps it (the binder looks lost jobs up by it)."""
+    return f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200]
+
+
 def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec:
     # One node, exclusive (JobSpec's contract): a Node runs a Slurm job or a Pod, never both.
     return JobSpec(
-        name=f"{contract.JOB_NAME_PREFIX}{namespace}/{display}"[:200],
+        name=job_name(namespace, display),
         comment=contract.job_comment(claim, namespace, display),
         memory_mb=r.memory_mib, cpus=r.cpus, gpus=r.gpus, gpu_type=r.gpu_type, nodes=1,
         partition=r.partition, qos=r.qos, account=r.account,
