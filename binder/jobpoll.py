@@ -44,6 +44,7 @@ PACE_FROM = 1.0
 DETAIL_EVERY = 10.0  # a pending job's whole record (its reason), at most this often
 STALE_PER_TICK = 20  # pending jobs read whole for their reason, at most this many a tick
 READS_PER_SECOND = 50.0  # GET /job/{id} reads where no filtered state query exists (22.05)
+KNOWN_AGAIN_KEEP = 60.0  # s a new Pod's or a push's word outranks an older read's "gone"
 HOOK_MISS_AFTER = 3.0  # s a start or end a poll saw first may wait for its push
 TOLD_MAX = 10_000  # pushes remembered to match what polls see
 # A preempted job runs out its partition's GraceTime still RUNNING: the preemption shows only in
@@ -85,6 +86,9 @@ class Schedule:
     idle_at: float = float("-inf")  # the last tick that asked about every job of ours
     detail_at: dict[int, float] = field(default_factory=dict)
     gone: set[int] = field(default_factory=set)  # ids Slurm no longer knows: never asked again
+    # id -> when a new Pod named it or a push did (a controller that lost its state reuses
+    # ids): a read sent before that which found it gone does not put it back in `gone`
+    known_again_at: dict[int, float] = field(default_factory=dict)
 
     def want_full(self, now: float, until: float | None = None) -> None:
         self.wanted_at = now
@@ -103,6 +107,8 @@ class Schedule:
                 and since >= max(FULL_MIN_GAP, took / WANTED_SHARE)))
         named_ids = set(named)
         self.gone &= named_ids  # forget ids no Pod names any more
+        self.known_again_at = {i: t for i, t in self.known_again_at.items()
+                               if now - t < KNOWN_AGAIN_KEEP}
         ids = (set(known) | named_ids) - self.gone
         for i in self.detail_at.keys() - ids:  # jobs we no longer hold or ask about
             del self.detail_at[i]
@@ -150,10 +156,17 @@ class Schedule:
         for i in ids:
             self.detail_at[i] = now
 
-    def left(self, ids: Iterable[int]) -> None:
+    def left(self, ids: Iterable[int], sent: float = float("inf")) -> None:
+        """A read sent at `sent` found `ids` gone from Slurm (or not ours)."""
         for i in ids:
-            self.gone.add(i)
+            if self.known_again_at.get(i, float("-inf")) <= sent:
+                self.gone.add(i)
             self.detail_at.pop(i, None)
+
+    def known_again(self, job_id: int, now: float) -> None:
+        """A new Pod names this id, or slurmctld pushed about it: ask about it again."""
+        self.gone.discard(job_id)
+        self.known_again_at[job_id] = now
 
 
 def watched_for_preemption(known: Mapping[int, JobInfo], grace: Mapping[str, int] | None

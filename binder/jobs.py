@@ -113,8 +113,10 @@ class JobTracker:
         pushes are about them, and each could otherwise cost slurmctld a full job list.
         Returns what was done, for the metric."""
         claim = self._claim_of.get(job_id)
-        self.hook.pushed(job_id, event, ours=claim is not None
-                         or self.comment_of(job_id) is not None)
+        ours = claim is not None or self.comment_of(job_id) is not None
+        self.hook.pushed(job_id, event, ours=ours)
+        if ours:  # Slurm knows this id now, whatever a read said before (a reused id)
+            self.schedule.known_again(job_id, time.monotonic())
         have = self.by_claim.get(claim) if claim else None
         if have is not None and have.job_id != job_id:
             have = None  # the claim moved on to a newer job
@@ -166,6 +168,9 @@ class JobTracker:
         """A Pod with this job id appeared: apply a start pushed before it did; else, when
         the job is new to us, ask about it now. Without the hook a job that starts at once
         would otherwise wait for the idle poll (up to HOOK_IDLE_POLL)."""
+        # An id Slurm once said was gone, named by a new Pod: a controller that lost its state
+        # gave it to a new job, which is asked about like any other
+        self.schedule.known_again(job_id, time.monotonic())
         early = self._early.pop(job_id, None)
         if early is not None and time.monotonic() - early[1] < EARLY_KEEP:
             metrics.SLURM_PUSHES.labels("started", "applied_late").inc()
@@ -289,7 +294,7 @@ class JobTracker:
                 fresh, gone, reads = await jobpoll.read(self.slurm, plan, known)
                 foreign = {i for i, j in fresh.items()
                            if contract.claim_from_comment(j.comment) is None}
-                self.schedule.left(gone | foreign)
+                self.schedule.left(gone | foreign, sent)
                 self.schedule.read_whole(fresh, sent)
                 # onto what we hold now: a push or the whole list may have come meanwhile
                 now_known = {j.job_id: j for j in self.by_claim.values()}

@@ -17,12 +17,15 @@ import pytest
 
 from cluster import slurm as cluster_slurm
 from cluster import slurm_release
+from cluster.local import PORT_OFFSET
 from slurmgate.slurm import PLACEHOLDER_SCRIPT, JobInfo, JobSpec, SlurmClient
 
 pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
-BASE_PORT = 17400  # away from the default 16800 of `python -m cluster.slurm up` / cluster.local
+# away from the default 16800 of `python -m cluster.slurm up` / cluster.local, and shifted like
+# them: tests/matrix.sh runs two releases side by side (CI found both here at once)
+BASE_PORT = 17400 + PORT_OFFSET
 GRACE_TIME = 60  # long enough to observe that a preempted placeholder stays alive
 
 

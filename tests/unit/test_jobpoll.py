@@ -121,6 +121,44 @@ async def test_a_job_that_left_slurm_leaves_and_is_not_asked_again() -> None:
     assert slurm.calls == []  # the Pod still names it, but Slurm said it is gone
 
 
+async def test_a_reused_id_a_new_pod_names_is_asked_about_again() -> None:
+    """A controller that lost its state forgets job 68, then gives its id to the next submit.
+    The new Pod names 68 too: the id Slurm once said was gone is asked about again (found on
+    24.11 in CI: the new 68 failed at launch unread, and its Pod waited 60 s for vanish_grace)."""
+    slurm = Slurm("v0.0.42", [job(68, "RUNNING", claim="old")])
+    named = {68}
+    t, seen = tracker(slurm, named)
+    await tick(t)
+    t.comment_of = lambda i: "slurmgate claim=new pod=ns/new" if i == 68 else None
+    del slurm.site[68]  # slurmctld -c: every job forgotten
+    t.schedule.idle_at = float("-inf")  # a tick that asks about every job
+    await tick(t)
+    assert "old" not in t.by_claim and 68 in t.schedule.gone
+    slurm.site[68] = job(68, "FAILED", claim="new")  # the reused id, refused by slurmd
+    t.pod_seen(68)  # the new Pod arrives naming it
+    seen.clear()
+    await tick(t)
+    assert t.by_claim["new"].state == "FAILED" and ("new", "FAILED") in seen
+    # and a push about an id we took for gone means Slurm knows it again
+    del slurm.site[68]
+    t.schedule.idle_at = float("-inf")
+    await tick(t)
+    assert 68 in t.schedule.gone
+    slurm.site[68] = job(68, "RUNNING", claim="new")
+    t.pushed(68, "ended", ())
+    await tick(t)
+    assert t.by_claim["new"].state == "RUNNING"
+
+
+def test_a_read_sent_before_a_new_pod_named_the_id_does_not_call_it_gone() -> None:
+    s = Schedule()
+    s.known_again(68, now=10.0)
+    s.left({68}, sent=5.0)  # sent before the new Pod came, answered after
+    assert 68 not in s.gone
+    s.left({68}, sent=11.0)  # a read sent after it: the truth
+    assert 68 in s.gone
+
+
 async def test_a_job_a_pod_names_is_found_before_any_list_shows_it() -> None:
     slurm = Slurm("v0.0.38", [])
     named: set[int] = set()
