@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from slurmgate import contract, faults, podrequest, priorities, tenancy
+from slurmgate import contract, faults, podrequest, priorities, reasons, tenancy
 from slurmgate.binder import displaced, metrics
 from slurmgate.binder.background import BackgroundWrites
 from slurmgate.binder.config import ReconcileSettings
@@ -58,8 +58,8 @@ def _submit_event(e: SlurmError, spec: JobSpec) -> tuple[str, str]:
     """Reason and message of the Event of a failed submit: a refusal in Slurm's own words,
     apart from a Slurm that could not be reached or answered what we could not read."""
     if isinstance(e, SlurmRefused):
-        return contract.EV_SUBMIT_REFUSED, refusal(e, spec)
-    return contract.EV_SUBMIT_FAILED, str(e)
+        return reasons.EV_SUBMIT_REFUSED, refusal(e, spec)
+    return reasons.EV_SUBMIT_FAILED, str(e)
 
 
 class Actions:
@@ -132,14 +132,14 @@ class Actions:
         meta = pod["metadata"]
         claim = (meta.get("annotations") or {}).get(contract.A_CLAIM)
         if not claim:
-            await self.events.emit(pod, contract.EV_MISSING_CLAIM, f"Pod has no "
+            await self.events.emit(pod, reasons.EV_MISSING_CLAIM, f"Pod has no "
                                    f"{contract.A_CLAIM} annotation (not admitted by the "
                                    "webhook?)", warning=True)
             return None
         try:
             (r,) = self._request([pod])
         except podrequest.PodRequestError as e:
-            await self.events.emit(pod, contract.EV_INVALID_REQUEST, str(e), warning=True)
+            await self.events.emit(pod, reasons.EV_INVALID_REQUEST, str(e), warning=True)
             return None
         allowed = await self._tenant(meta["namespace"], r, [pod])
         if allowed is None:
@@ -157,7 +157,7 @@ class Actions:
                                     contract.A_JOB_REASON: "",
                                     contract.A_SUBMITTED_AT: str(int(time.time()))})
         self.jobs.kick()
-        await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
+        await self.events.emit(pod, reasons.EV_JOB_SUBMITTED,
                                f"submitted placeholder job {job_id}"
                                + (f" as Slurm user {spec.user}" if spec.user else ""))
         return None
@@ -185,7 +185,7 @@ class Actions:
         try:
             reqs = self._request(members)
         except podrequest.PodRequestError as e:
-            await asyncio.gather(*(self.events.emit(p, contract.EV_INVALID_REQUEST, str(e),
+            await asyncio.gather(*(self.events.emit(p, reasons.EV_INVALID_REQUEST, str(e),
                                                     warning=True) for p in members))
             return None
         # One node per member; each node sized for the largest member.
@@ -225,7 +225,7 @@ class Actions:
             contract.A_GROUP_INDEX: str(rank)}) for rank, p in enumerate(members)))
         self.jobs.kick()
         await asyncio.gather(*(self.events.emit(
-            p, contract.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "
+            p, reasons.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "
             f"{'adopted' if adopted else 'submitted'} job {job_id} for {len(members)} nodes; "
             f"this member is rank {rank}") for rank, p in enumerate(members)))
         log.info("group job submitted", extra=kv(group=gkey, job=job_id, nodes=len(members)))
@@ -291,9 +291,9 @@ class Actions:
                                        t_noticed=round(noticed, 4), t_start=round(t_start, 4),
                                        t_ungated=round(t_ungated, 4),
                                        t_bound=round(t_bound, 4)))
-        await self.events.emit(pod, contract.EV_ALLOCATED,
+        await self.events.emit(pod, reasons.EV_ALLOCATED,
                                f"job {job.job_id} RUNNING on Slurm node {slurm_node}")
-        await self.events.emit(pod, contract.EV_BOUND, message)
+        await self.events.emit(pod, reasons.EV_BOUND, message)
         self.background.set_condition(pod, allocated_condition(job.job_id, slurm_node, node))
         self.background.run(self._tell_displaced(pod, t_start, slurm_node))
 
@@ -314,7 +314,7 @@ class Actions:
             log.info("the job that ended before a bind was not preempted for it",
                      extra=kv(pod=key_of(pod), job=victim, slurm_node=slurm_node))
             return
-        await self.events.emit(pod, contract.EV_DISPLACED, said)
+        await self.events.emit(pod, reasons.EV_DISPLACED, said)
 
     def _assume_bound(self, pod: Pod, node: str) -> None:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""
@@ -356,7 +356,7 @@ class Actions:
             since = self._evict_refused_since.setdefault(key, time.monotonic())
             wait = self.settings.evict_grace
             if time.monotonic() - since < wait:
-                await self.events.emit(pod, contract.EV_EVICTION_REFUSED, f"{e.message}; "
+                await self.events.emit(pod, reasons.EV_EVICTION_REFUSED, f"{e.message}; "
                                        f"retrying, deleting after {wait:.0f}s", warning=True)
                 return 5.0
             await self.kube.delete(pod_path(meta["namespace"], meta["name"]), options)
@@ -364,5 +364,5 @@ class Actions:
         metrics.EVICTIONS.labels(reason).inc()
         # the Events expire after an hour; the log keeps why Slurm took the Node back
         log.info("pod evicted", extra=kv(pod=key, reason=reason, message=message))
-        await self.events.emit(pod, contract.EV_EVICTED, f"evicted: {message}", warning=True)
+        await self.events.emit(pod, reasons.EV_EVICTED, f"evicted: {message}", warning=True)
         return None

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurmgate import contract, tenancy
+from slurmgate import contract, reasons, tenancy
 from slurmgate.binder import actions, decide, lostjobs, metrics
 from slurmgate.binder.actions import Actions
 from slurmgate.binder.config import ReconcileSettings
@@ -156,7 +156,7 @@ class Controller:
         self._announced[uid] = None
         if len(self._announced) > ANNOUNCED_MAX:
             self._announced.clear()
-        await self.events.emit(pod, contract.EV_JOB_SUBMITTED,
+        await self.events.emit(pod, reasons.EV_JOB_SUBMITTED,
                                f"placeholder job {job_id} submitted at admission", once=False)
 
     async def apply(self, req: Request, unit: Unit, d: Decision) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.binder.decision import (
     BIND,
     CANCEL,
@@ -58,11 +58,16 @@ from slurmgate.binder.podview import (
     stale_status,
     submitted_at,
 )
-from slurmgate.slurm import ENDING_STATES, RUNNING, WAITING_STATES, JobInfo
+from slurmgate.slurm import (
+    ENDING_STATES,
+    LAUNCH_FAILED_STATES,
+    RUNNING,
+    WAITING_STATES,
+    JobInfo,
+)
 
 # A job ending in one of these never ran its placeholder to the end for a reason of Slurm's
 # own, not a user's or admin's decision (CANCELLED) or a limit (TIMEOUT).
-LAUNCH_FAILED_STATES = frozenset({"FAILED", "BOOT_FAIL", "NODE_FAIL", "LAUNCH_FAILED"})
 
 # re-exported for callers: the rules and their vocabulary are read together
 __all__ = ["BIND", "CANCEL", "END_REASONS", "EVICT", "NOTHING", "RELEASE", "RESUBMIT", "STATUS",
@@ -125,7 +130,7 @@ def _decide(u: Unit, job_of: JobOf, w: World) -> Decision:
     succeeded = sum(1 for p in u.members if claim_of(p) == claim and phase(p) == "Succeeded")
     if len(holders) + succeeded < u.size and holds_node(job):
         # members finishing normally keep the group; one that failed or left releases it
-        return _start_over(u, job, claim, holders, contract.EV_GROUP_RELEASED,
+        return _start_over(u, job, claim, holders, reasons.EV_GROUP_RELEASED,
                            f"a member of the group left ({len(holders)}/{u.size} remain); the "
                            f"group is released and job {job.job_id} cancelled")
     if job.state in WAITING_STATES:
@@ -186,13 +191,13 @@ def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
         if job is None or not needs_kill(job) or any(occupies(p) for p in own):
             continue
         if u.gang:
-            return Decision(RELEASE, cancel=job, reason=contract.EV_GROUP_RELEASED,
+            return Decision(RELEASE, cancel=job, reason=reasons.EV_GROUP_RELEASED,
                             message=f"no member of the group runs any more; cancelled job "
                                     f"{job.job_id}")
         pod = own[0] if own else None
         why = ("deleted" if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp")
                else phase(pod))
-        return Decision(CANCEL, members=tuple(own), cancel=job, reason=contract.EV_JOB_RELEASED,
+        return Decision(CANCEL, members=tuple(own), cancel=job, reason=reasons.EV_JOB_RELEASED,
                         message=f"Pod {why} before its job ended; cancelled job {job.job_id} "
                                 "to free the node")
     return None
@@ -203,14 +208,14 @@ def _without_claim(u: Unit, w: World) -> Decision:
     fresh = tuple(sorted((p for p in u.members if live(p) and is_gated(p) and not claim_of(p)),
                          key=rank_key))
     if u.size and len(fresh) >= u.size:
-        return Decision(SUBMIT, members=fresh[:u.size], reason=contract.EV_JOB_SUBMITTED)
+        return Decision(SUBMIT, members=fresh[:u.size], reason=reasons.EV_JOB_SUBMITTED)
     if not fresh:
         return Decision(NOTHING)
     oldest = min(created(p) for p in fresh)
     waited = w.now - oldest
     if oldest and waited > w.group_timeout:
         return Decision(WAIT, members=fresh, requeue_after=w.group_timeout,
-                        reason=contract.EV_GROUP_INCOMPLETE,
+                        reason=reasons.EV_GROUP_INCOMPLETE,
                         message=f"group has {len(fresh)} of {u.size} members after "
                                 f"{int(waited)}s; its job is submitted when all are there")
     return Decision(WAIT, requeue_after=max(1.0, w.group_timeout - waited))
@@ -235,7 +240,7 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
         # claim, so the poll that sees it brings the Pod back here
         return Decision(WAIT, requeue_after=left)
     if not named:  # fail-open admission left the submit to us, or a handed-off one never came
-        return Decision(SUBMIT, members=gated, reason=contract.EV_JOB_SUBMITTED) if gated \
+        return Decision(SUBMIT, members=gated, reason=reasons.EV_JOB_SUBMITTED) if gated \
             else Decision(NOTHING)
     on_nodes = len(gated) < len(holders)
     if not w.slurm_synced:  # never act on an ambiguous Slurm view
@@ -248,7 +253,7 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
     message = (f"the group's job is no longer known to Slurm (claim {claim[:8]})" if u.gang
                else f"job {job_id} is no longer known to Slurm"
                + ("" if on_nodes else "; submitted a new placeholder job"))
-    return _start_over(u, None, claim, holders, contract.EV_JOB_VANISHED, message)
+    return _start_over(u, None, claim, holders, reasons.EV_JOB_VANISHED, message)
 
 
 def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ...],
@@ -275,7 +280,7 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
         # placeholder after a node failure (it ignores requeue=false), so the node's state tells
         # the cause. The requeued job is of no use to a Pod that is evicted: it goes too.
         failed = _node_failed(on_nodes, w)
-        reason = contract.EV_NODE_FAILED if failed else contract.EV_JOB_REQUEUED
+        reason = reasons.EV_NODE_FAILED if failed else reasons.EV_JOB_REQUEUED
         message = (f"Slurm job {job.job_id} was requeued"
                    + (" after its node failed" if failed else "") + "; the Node goes back to "
                    "Slurm")
@@ -288,7 +293,7 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
     stale = tuple(p for p in holders if stale_status(p, st))
     if not stale:
         return Decision(NOTHING)
-    return Decision(STATUS, members=stale, status=st, job=job, reason=contract.EV_JOB_PENDING,
+    return Decision(STATUS, members=stale, status=st, job=job, reason=reasons.EV_JOB_PENDING,
                     message=f"{'group ' if u.gang else ''}job {job.job_id} {job.state}: "
                             f"{job.reason}; the Pod stays gated ({contract.GATE}) until Slurm "
                             "allocates a node")
@@ -298,7 +303,7 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
     astray = [p for p in holders if bound(p) and (n := ann(p).get(contract.A_SLURM_NODE))
               and n not in job.nodes]
     if astray:  # the Node would run a Pod and someone else's Slurm job
-        return Decision(EVICT, evict=holders, job=job, reason=contract.EV_NODE_MISMATCH,
+        return Decision(EVICT, evict=holders, job=job, reason=reasons.EV_NODE_MISMATCH,
                         message=f"Slurm job {job.job_id} runs on {','.join(job.nodes)}, not "
                                 f"on {ann(astray[0]).get(contract.A_SLURM_NODE)} the Pod was "
                                 "bound for; the Pod goes so that no Node is shared")
@@ -314,11 +319,11 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
         ref = w.node_for.get(slurm_node)
         if ref is None:  # never ungate blindly
             return Decision(WAIT, members=(p,), requeue_after=5.0,
-                            reason=contract.EV_NODE_NOT_FOUND,
+                            reason=reasons.EV_NODE_NOT_FOUND,
                             message=f"Slurm allocated {slurm_node} but no Kubernetes Node has "
                                     f"label {contract.NODE_LABEL}={slurm_node}")
         if ref.unschedulable:
-            return _start_over(u, job, claim, holders, contract.EV_NODE_CORDONED,
+            return _start_over(u, job, claim, holders, reasons.EV_NODE_CORDONED,
                                f"Slurm allocated {slurm_node} but Node {ref.name} is cordoned; "
                                f"cancelled job {job.job_id}"
                                + (", the group waits again" if u.gang else " and resubmitted"))
@@ -327,7 +332,7 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
             return _node_lacks_gpus(u, job, claim, holders, w, p, slurm_node, ref, lack)
         binds.append(Bind(p, ref.name, slurm_node))
     if binds:
-        return Decision(BIND, binds=tuple(binds), job=job, reason=contract.EV_BOUND,
+        return Decision(BIND, binds=tuple(binds), job=job, reason=reasons.EV_BOUND,
                         status=job_status(job, job.nodes[0]),
                         message=f"{'group job' if u.gang else 'Slurm job'} {job.job_id}")
     if not u.gang:
@@ -348,10 +353,10 @@ def _node_lacks_gpus(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...]
     waited = w.now - job.start_time if job.start_time else 0.0
     if waited < w.gpu_grace:
         return Decision(WAIT, members=(p,), requeue_after=max(0.5, w.gpu_grace - waited),
-                        reason=contract.EV_NODE_LACKS_GPUS,
+                        reason=reasons.EV_NODE_LACKS_GPUS,
                         message=f"{what}; the Pod stays gated and job {job.job_id} is given "
                                 f"back if the Node still lacks them after {w.gpu_grace:.0f}s")
-    return _start_over(u, job, claim, holders, contract.EV_NODE_LACKS_GPUS,
+    return _start_over(u, job, claim, holders, reasons.EV_NODE_LACKS_GPUS,
                        f"{what}; cancelled job {job.job_id}"
                        + (", the group waits again" if u.gang else " and resubmitted"))
 

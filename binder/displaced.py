@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from slurmgate.slurm import SlurmClient
-from slurmgate.slurm.models import JobInfo
+from slurmgate.slurm.models import PREEMPTED, REQUEUE_ROUND_STATES, JobInfo
 
 # A victim's end and the preemptor's start are seconds apart (the node frees, the scheduler's
 # next pass starts the preemptor); a job that ended longer ago than this did not make room.
@@ -78,10 +78,9 @@ class RecentEnds:
 
 def how_displaced(job: JobInfo) -> str | None:
     """'cancelled' or 'requeued' when Slurm preempted the job, else None (it just ended)."""
-    if job.state == "PREEMPTED" or "PREEMPTED" in job.state_flags:
+    if job.state == PREEMPTED or PREEMPTED in job.state_flags:
         return "cancelled"
-    if "REQUEUED" in job.state_flags or (job.restarts > 0 and job.state in (
-            "PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "CONFIGURING", "RUNNING")):
+    if "REQUEUED" in job.state_flags or (job.restarts > 0 and job.state in REQUEUE_ROUND_STATES):
         # requeued on preemption: still completing on the node (the list form reads
         # ["PENDING", "COMPLETING", "REQUEUED"] a moment after), waiting again, or already
         # running elsewhere

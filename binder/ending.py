@@ -3,7 +3,7 @@ job. One mapping for single Pods and gangs (decide.py uses it for both)."""
 
 from __future__ import annotations
 
-from slurmgate import contract
+from slurmgate import reasons
 from slurmgate.binder.podview import Pod, bound
 from slurmgate.slurm import COMPLETING, JobInfo
 
@@ -11,25 +11,25 @@ from slurmgate.slurm import COMPLETING, JobInfo
 # PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still
 # RUNNING through its GraceTime.
 END_REASONS = {
-    "CANCELLED": contract.EV_JOB_CANCELLED,
-    "TIMEOUT": contract.EV_JOB_TIME_LIMIT,
-    "DEADLINE": contract.EV_JOB_TIME_LIMIT,
-    "NODE_FAIL": contract.EV_NODE_FAILED,
+    "CANCELLED": reasons.EV_JOB_CANCELLED,
+    "TIMEOUT": reasons.EV_JOB_TIME_LIMIT,
+    "DEADLINE": reasons.EV_JOB_TIME_LIMIT,
+    "NODE_FAIL": reasons.EV_NODE_FAILED,
 }
 # While the job is COMPLETING its end state may not be known yet (22.05 says only
 # COMPLETING), but Slurm's reason already tells a time limit or a node failure.
 END_BY_SLURM_REASON = {
-    "TimeLimit": contract.EV_JOB_TIME_LIMIT,
-    "Deadline": contract.EV_JOB_TIME_LIMIT,
-    "NodeDown": contract.EV_NODE_FAILED,
+    "TimeLimit": reasons.EV_JOB_TIME_LIMIT,
+    "Deadline": reasons.EV_JOB_TIME_LIMIT,
+    "NodeDown": reasons.EV_NODE_FAILED,
 }
 
 # The same, in words, for the Event's message.
 ENDED_BY = {
-    contract.EV_JOB_PREEMPTED: "was preempted",
-    contract.EV_JOB_CANCELLED: "was cancelled",
-    contract.EV_JOB_TIME_LIMIT: "hit its time limit",
-    contract.EV_NODE_FAILED: "lost its node",
+    reasons.EV_JOB_PREEMPTED: "was preempted",
+    reasons.EV_JOB_CANCELLED: "was cancelled",
+    reasons.EV_JOB_TIME_LIMIT: "hit its time limit",
+    reasons.EV_NODE_FAILED: "lost its node",
 }
 
 
@@ -47,15 +47,15 @@ def end_reason(job: JobInfo, node_failed: bool = False) -> str:
     COMPLETING with neither was cancelled, unless its node failed (`node_failed`, from the
     node list; see end_unclear)."""
     if job.preempted:
-        return contract.EV_JOB_PREEMPTED
+        return reasons.EV_JOB_PREEMPTED
     for st in (job.state, *sorted(job.state_flags)):
         if st in END_REASONS:
             return END_REASONS[st]
     if job.reason in END_BY_SLURM_REASON:
         return END_BY_SLURM_REASON[job.reason]
     if end_unclear(job):
-        return contract.EV_NODE_FAILED if node_failed else contract.EV_JOB_CANCELLED
-    return contract.EV_JOB_ENDED
+        return reasons.EV_NODE_FAILED if node_failed else reasons.EV_JOB_CANCELLED
+    return reasons.EV_JOB_ENDED
 
 
 def end_message(job: JobInfo, pods: tuple[Pod, ...], gang: bool,

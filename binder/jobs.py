@@ -22,9 +22,11 @@ from slurmgate.binder.displaced import RecentEnds
 from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
 from slurmgate.slurm import (
+    CONFIGURING,
     ENDING_STATES,
     IN_FLIGHT_STATES,
     RUNNING,
+    SUSPENDED,
     WAITING_STATES,
     JobInfo,
     SlurmClient,
@@ -187,7 +189,7 @@ class JobTracker:
         at = self._pushed_at.get(polled.job_id)
         if at is None:
             return False
-        if polled.state == "CONFIGURING" or (polled.state in WAITING_STATES and sent < at):
+        if polled.state == CONFIGURING or (polled.state in WAITING_STATES and sent < at):
             return True
         if sent >= at:
             del self._pushed_at[polled.job_id]
@@ -265,7 +267,7 @@ class JobTracker:
             self.noticed_wall[j.job_id] = (self._poll_sent_wall or answered, answered)
             self.hook.saw(j.job_id, "started")  # a push before this poll set it already
         if p is not None and p.job_id == j.job_id and p.state == RUNNING and (
-                j.state in ENDING_STATES or j.state in WAITING_STATES - {"SUSPENDED"}):
+                j.state in ENDING_STATES or j.state in WAITING_STATES - {SUSPENDED}):
             self.hook.saw(j.job_id, "ended")  # EpilogSlurmctld runs for requeues too
 
     def _in_flight(self) -> bool:

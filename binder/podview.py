@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, podrequest
+from slurmgate import contract, podrequest, reasons
 from slurmgate.kube import parse_time
 from slurmgate.slurm import RELEASED_STATES, RUNNING, STOPPING_STATES, WAITING_STATES, JobInfo
 
@@ -161,21 +161,21 @@ def waiting_condition(job: JobInfo) -> Condition:
 
 def allocated_condition(job_id: int | str, slurm_node: str, node: str) -> Condition:
     return {"type": contract.COND_ALLOCATED, "status": "True",
-            "reason": contract.COND_REASON_ALLOCATED,
+            "reason": reasons.COND_REASON_ALLOCATED,
             "message": f"Slurm job {job_id} runs on Slurm node {slurm_node}; bound to Node "
                        f"{node}"}
 
 
 def submit_pending_condition() -> Condition:
     return {"type": contract.COND_ALLOCATED, "status": "False",
-            "reason": contract.COND_REASON_SUBMIT_PENDING,
+            "reason": reasons.COND_REASON_SUBMIT_PENDING,
             "message": "Slurm did not take the job at admission; the binder submits it once "
                        f"Slurm answers (the Pod stays gated by {contract.GATE})"}
 
 
 def group_pending_condition(group: str, size: int) -> Condition:
     return {"type": contract.COND_ALLOCATED, "status": "False",
-            "reason": contract.COND_REASON_GROUP_PENDING,
+            "reason": reasons.COND_REASON_GROUP_PENDING,
             "message": f"waiting for all {size} members of group {group}; its Slurm job is "
                        f"submitted then (the Pod stays gated by {contract.GATE})"}
 

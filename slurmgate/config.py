@@ -8,10 +8,11 @@ parsers are plain functions of their input and tests need no monkeypatching.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from slurmgate import names
 
 Env = Mapping[str, str]
 
@@ -68,8 +69,6 @@ class ObjectRef:
         return f"{self.namespace}/{self.name}"
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def env_object_ref(env: Env, name: str) -> ObjectRef | None:
@@ -78,7 +77,7 @@ def env_object_ref(env: Env, name: str) -> ObjectRef | None:
     if raw is None:
         return None
     ns, sep, obj = raw.strip().partition("/")
-    if not sep or not _DNS_LABEL.match(ns) or not _DNS_SUBDOMAIN.match(obj):
+    if not sep or not names.DNS_LABEL.fullmatch(ns) or not names.DNS_SUBDOMAIN.fullmatch(obj):
         raise ConfigError(f"{name}={raw!r} is not namespace/name")
     return ObjectRef(ns, obj)
 

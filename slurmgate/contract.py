@@ -73,41 +73,6 @@ JOB_STATE_DRY_RUN = "DryRun"  # a dryRun create: nothing was submitted
 # showed) and the tenancy policy refuses its new one for now: submitted when the policy allows
 JOB_STATE_GIVEN_BACK = "GivenBack"
 
-# --- Event reasons on Pods (`kubectl describe pod`; users and alerts match on them) ---
-EV_JOB_SUBMITTED = "SlurmJobSubmitted"
-# Slurm answered the submit and said no (an invalid account or QOS, MaxJobCount reached): the
-# message starts with Slurm's own words. SlurmSubmitFailed: anything else (Slurm unreachable,
-# an answer we could not read).
-EV_SUBMIT_REFUSED = "SlurmSubmitRefused"
-EV_SUBMIT_FAILED = "SlurmSubmitFailed"
-EV_INVALID_REQUEST = "InvalidSlurmRequest"  # the binder could not make a job of the Pod
-EV_MISSING_CLAIM = "MissingClaim"  # a marked Pod the webhook never saw
-EV_JOB_PENDING = "SlurmJobPending"
-EV_ALLOCATED = "SlurmAllocated"
-EV_BOUND = "Bound"
-EV_DISPLACED = "DisplacedSlurmJob"  # the Pod's placeholder preempted a batch job on its node
-EV_NODE_NOT_FOUND = "NodeNotFound"  # Slurm allocated a node no Kubernetes Node is labelled with
-EV_NODE_CORDONED = "NodeCordoned"
-# Slurm allocated a node whose Kubernetes Node lacks the GPUs (count or type) the Pod asks for
-EV_NODE_LACKS_GPUS = "NodeLacksGPUs"
-EV_JOB_VANISHED = "SlurmJobVanished"
-EV_JOB_RELEASED = "SlurmJobReleased"  # the Pod ended or went away first: its job is cancelled
-# Why the Pod is evicted: the job ended. One per cause a user would act on differently.
-EV_JOB_PREEMPTED = "SlurmJobPreempted"
-EV_JOB_CANCELLED = "SlurmJobCancelled"
-EV_JOB_TIME_LIMIT = "SlurmJobTimeLimit"
-EV_NODE_FAILED = "SlurmNodeFailed"
-EV_JOB_REQUEUED = "SlurmJobRequeued"  # back in Slurm's queue (an admin's requeue, ...)
-EV_JOB_ENDED = "SlurmJobEnded"  # any other end
-# the job runs on other Slurm nodes than the one the Pod was bound for (a push Slurm's next
-# answer contradicts, a requeue and restart between two polls): the Pod must not stay
-EV_NODE_MISMATCH = "SlurmNodeMismatch"
-EV_EVICTED = "Evicted"
-EV_EVICTION_REFUSED = "EvictionRefused"  # a PodDisruptionBudget said no; deleted after a grace
-# Gangs
-EV_GROUP_INCOMPLETE = "GroupIncomplete"
-EV_GROUP_RELEASED = "GroupReleased"
-
 # --- Nodes ---
 # Each Kubernetes Node that runs a slurmd carries the Slurm node name in this label.
 NODE_LABEL = f"{DOMAIN}/slurm-node"
@@ -141,9 +106,6 @@ DRAIN_REASON_PREFIX = "slurmgate: cordoned"
 # False while the Pod waits (reason: Slurm's own, e.g. Resources or Priority, or one of ours
 # below), True once Slurm allocated a node and the Pod is bound there.
 COND_ALLOCATED = f"{DOMAIN}/SlurmAllocated"
-COND_REASON_SUBMIT_PENDING = JOB_STATE_SUBMIT_PENDING
-COND_REASON_GROUP_PENDING = JOB_STATE_GROUP_PENDING
-COND_REASON_ALLOCATED = "Allocated"
 
 # --- Slurm job identity ---
 JOB_NAME_PREFIX = "k8s:"

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.podrequest import PodRequestError
 
 MAX_GROUP = 512
@@ -50,9 +50,9 @@ def _int(value: Any, field: str, lo: int, hi: int) -> int:
         n = int(str(value))
     except ValueError:
         raise PodRequestError(field, f"must be an integer, got {str(value)[:32]!r}",
-                              "InvalidGroup") from None
+                              reasons.DENY_INVALID_GROUP) from None
     if not lo <= n <= hi:
-        raise PodRequestError(field, f"must be between {lo} and {hi}", "InvalidGroup")
+        raise PodRequestError(field, f"must be between {lo} and {hi}", reasons.DENY_INVALID_GROUP)
     return n
 
 
@@ -89,10 +89,10 @@ async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
         field = f"metadata.annotations[{contract.A_GROUP}]"
         if not isinstance(name, str) or not _NAME.match(name):
             raise PodRequestError(field, "must be a DNS label (lower case, digits, '-', '.')",
-                                  "InvalidGroup")
+                                  reasons.DENY_INVALID_GROUP)
         if contract.A_GROUP_SIZE not in ann:
             raise PodRequestError(f"metadata.annotations[{contract.A_GROUP_SIZE}]",
-                                  "is required with slurmgate.io/group", "InvalidGroup")
+                                  "is required with slurmgate.io/group", reasons.DENY_INVALID_GROUP)
         size = _int(ann[contract.A_GROUP_SIZE],
                     f"metadata.annotations[{contract.A_GROUP_SIZE}]", 1, MAX_GROUP)
         index = None
@@ -114,7 +114,8 @@ async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
         js = await get(f"/apis/jobset.x-k8s.io/v1alpha2{ns}/jobsets/{labels[JOBSET_NAME]}")
         if js is None:
             raise PodRequestError(f"metadata.labels[{JOBSET_NAME}]",
-                                  f"JobSet {labels[JOBSET_NAME]!r} not found", "InvalidGroup")
+                                  f"JobSet {labels[JOBSET_NAME]!r} not found",
+                                  reasons.DENY_INVALID_GROUP)
         size, offset = 0, None
         for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
             par = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
@@ -135,7 +136,7 @@ async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
         if size_raw is None:
             raise PodRequestError(f"metadata.labels[{pg_label}]",
                                   "PodGroup not found and no slurmgate.io/group-size given",
-                                  "InvalidGroup")
+                                  reasons.DENY_INVALID_GROUP)
         size = _int(size_raw, "PodGroup spec.minMember", 1, MAX_GROUP)
         index = None
         if contract.A_GROUP_INDEX in ann:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from slurmgate import contract, quantity
+from slurmgate import contract, names, quantity, reasons
+
+INVALID = reasons.DENY_INVALID_RESOURCES  # the Pod's resources make no job
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MAX_MEMORY = Fraction(2**50)  # 1 PiB: beyond any node; larger is a typo
@@ -19,9 +21,7 @@ MAX_GPUS = 1024
 MAX_TIME_LIMIT_MINUTES = 366 * 24 * 60
 MAX_NICE = 10_000
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A gres type goes into "gres/gpu:<type>:N": no colon, comma or slash may reach Slurm.
-_GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # Slurm feature expressions: names joined by & | , with [] () grouping and *N counts.
 _CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.&|,()\[\]*:-]{1,256}$")
 _TIME_RE = re.compile(
@@ -35,7 +35,8 @@ _TIME_RE = re.compile(
 class PodRequestError(ValueError):
     """A Pod we must refuse; `field` names what is wrong."""
 
-    def __init__(self, field: str, message: str, reason: str = "InvalidAnnotation") -> None:
+    def __init__(self, field: str, message: str,
+                 reason: str = reasons.DENY_INVALID_ANNOTATION) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.reason = reason
@@ -88,7 +89,7 @@ def _text(annotations: dict[str, str], key: str, pattern: re.Pattern[str]) -> st
         return None
     if not isinstance(value, str) or not value.isascii() or not value.isprintable():
         raise PodRequestError(f"metadata.annotations[{key}]", "must be printable ASCII")
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise PodRequestError(
             f"metadata.annotations[{key}]", f"invalid value {value[:64]!r}"
         )
@@ -130,10 +131,10 @@ def _container_requests(c: dict[str, Any], name: str) -> dict[str, Fraction]:
                 q = quantity.parse(raw)
             except quantity.QuantityError as e:
                 raise PodRequestError(f"{name}.resources.{section}[{key}]", str(e),
-                                      "InvalidResources") from None
+                                      INVALID) from None
             if q < 0:
                 raise PodRequestError(f"{name}.resources.{section}[{key}]", "is negative",
-                                      "InvalidResources")
+                                      INVALID)
             out[key] = q
     return out
 
@@ -142,19 +143,19 @@ def effective_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
     """Pod-level request per resource: max(sum of containers, largest init container)."""
     spec = pod.get("spec") or {}
     if not isinstance(spec, dict):
-        raise PodRequestError("spec", "must be a map", "InvalidResources")
+        raise PodRequestError("spec", "must be a map", INVALID)
     total: dict[str, Fraction] = {}
     for section in ("containers", "initContainers"):
         if not isinstance(spec.get(section) or [], list):
-            raise PodRequestError(f"spec.{section}", "must be a list", "InvalidResources")
+            raise PodRequestError(f"spec.{section}", "must be a list", INVALID)
     for i, c in enumerate(spec.get("containers") or []):
         if not isinstance(c, dict):
-            raise PodRequestError(f"spec.containers[{i}]", "must be a map", "InvalidResources")
+            raise PodRequestError(f"spec.containers[{i}]", "must be a map", INVALID)
         for k, v in _container_requests(c, f"spec.containers[{i}]").items():
             total[k] = total.get(k, Fraction(0)) + v
     for i, c in enumerate(spec.get("initContainers") or []):
         if not isinstance(c, dict):
-            raise PodRequestError(f"spec.initContainers[{i}]", "must be a map", "InvalidResources")
+            raise PodRequestError(f"spec.initContainers[{i}]", "must be a map", INVALID)
         for k, v in _container_requests(c, f"spec.initContainers[{i}]").items():
             total[k] = max(total.get(k, Fraction(0)), v)
     return total
@@ -173,20 +174,20 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
                 "spec.containers[].resources.requests.memory",
                 "a memory request is required for Pods scheduled by Slurm "
                 "(Slurm sizes the placeholder job from it)",
-                "MissingMemoryRequest",
+                reasons.DENY_MISSING_MEMORY_REQUEST,
             )
         mem = quantity.parse(default_memory)
     if mem > MAX_MEMORY:
         raise PodRequestError("spec.containers[].resources.requests.memory",
-                              "is absurdly large (over 1 PiB)", "InvalidResources")
+                              "is absurdly large (over 1 PiB)", INVALID)
     cpu = req.get("cpu", Fraction(1))
     if cpu > MAX_CPUS:
         raise PodRequestError("spec.containers[].resources.requests.cpu",
-                              f"is absurdly large (over {MAX_CPUS})", "InvalidResources")
+                              f"is absurdly large (over {MAX_CPUS})", INVALID)
     gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
     if gpus.denominator != 1 or gpus > MAX_GPUS:
         raise PodRequestError("spec.containers[].resources.requests[nvidia.com/gpu]",
-                              "must be a whole number up to 1024", "InvalidResources")
+                              "must be a whole number up to 1024", INVALID)
 
     time_limit = None
     raw_time = _text(ann, contract.A_TIME_LIMIT, re.compile(r"^[0-9:-]{1,16}$"))
@@ -205,7 +206,7 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
             raise PodRequestError(f"metadata.annotations[{contract.A_PRIORITY}]",
                                   f"must be between -{MAX_NICE} and {MAX_NICE}")
 
-    gpu_type = _text(ann, contract.A_GPU_TYPE, _GPU_TYPE_RE)
+    gpu_type = _text(ann, contract.A_GPU_TYPE, names.SLURM_NAME)
     if gpu_type is not None and not gpus:
         raise PodRequestError(f"metadata.annotations[{contract.A_GPU_TYPE}]",
                               f"names GPU type {gpu_type!r} but the Pod requests no GPUs "
@@ -218,9 +219,9 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
         memory_mib=max(1, quantity.to_mib_ceil(mem)),
         cpus=max(1, quantity.to_int_ceil(cpu)),
         gpus=int(gpus),
-        partition=_text(ann, contract.A_PARTITION, _NAME_RE) or default_partition,
-        qos=_text(ann, contract.A_QOS, _NAME_RE),
-        account=_text(ann, contract.A_ACCOUNT, _NAME_RE),
+        partition=_text(ann, contract.A_PARTITION, names.SLURM_NAME) or default_partition,
+        qos=_text(ann, contract.A_QOS, names.SLURM_NAME),
+        account=_text(ann, contract.A_ACCOUNT, names.SLURM_NAME),
         time_limit_minutes=time_limit,
         constraint=_text(ann, contract.A_CONSTRAINT, _CONSTRAINT_RE),
         nice=nice,
@@ -238,7 +239,7 @@ def gpus_of(pod: dict[str, Any]) -> tuple[int, str | None]:
         return 0, None
     gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
     value = _annotations_or_empty(pod).get(contract.A_GPU_TYPE)
-    kind = value if isinstance(value, str) and _GPU_TYPE_RE.match(value) else None
+    kind = value if isinstance(value, str) and names.SLURM_NAME.fullmatch(value) else None
     return int(gpus), kind if gpus else None
 
 

@@ -29,23 +29,17 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract
+from slurmgate import contract, names, reasons
 from slurmgate.podrequest import MAX_NICE, PodRequest
 
 ANY = "*"  # not a valid PriorityClass name, so it never shadows one
 RULE_KEYS = ("qos", "partition", "nice", "annotationsOverride")
 
-FORBIDS_QOS = "PriorityClassForbidsQOS"
-FORBIDS_PARTITION = "PriorityClassForbidsPartition"
-FORBIDS_NICE = "PriorityClassForbidsNice"
 
-_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-_CLASS_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # DNS subdomain
 
 
 class RuleError(ValueError):
@@ -79,7 +73,7 @@ Rules = Mapping[str, Rule]
 
 
 def _slurm_name(v: Any, path: str, what: str) -> str:
-    if not isinstance(v, str) or not _SLURM_NAME_RE.match(v):
+    if not isinstance(v, str) or not names.SLURM_NAME.fullmatch(v):
         raise RuleError(path, f"{repr(v)[:70]} is not a valid Slurm {what} name")
     return v
 
@@ -94,7 +88,7 @@ def parse(doc: Any, path: str = "priorityClasses") -> dict[str, Rule]:
     rules: dict[str, Rule] = {}
     for name, body in doc.items():
         where = f"{path}.{name}"
-        if not isinstance(name, str) or not (name == ANY or _CLASS_RE.match(name)):
+        if not isinstance(name, str) or not (name == ANY or names.DNS_SUBDOMAIN.fullmatch(name)):
             raise RuleError(where, "is not a PriorityClass name (nor \"*\")")
         if not isinstance(body, dict):
             raise RuleError(where, "must be a map")
@@ -146,10 +140,10 @@ def apply(rules: Rules, priority_class: str | None, req: PodRequest,
     who = describe(rule)
     changes: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    fields = (("qos", rule.qos, contract.A_QOS, FORBIDS_QOS, "QOS"),
-              ("partition", rule.partition, contract.A_PARTITION, FORBIDS_PARTITION,
-               "partition"),
-              ("nice", rule.nice, contract.A_PRIORITY, FORBIDS_NICE, "nice"))
+    fields = (("qos", rule.qos, contract.A_QOS, reasons.DENY_CLASS_FORBIDS_QOS, "QOS"),
+              ("partition", rule.partition, contract.A_PARTITION,
+               reasons.DENY_CLASS_FORBIDS_PARTITION, "partition"),
+              ("nice", rule.nice, contract.A_PRIORITY, reasons.DENY_CLASS_FORBIDS_NICE, "nice"))
     for attr, given, annotation, reason, label in fields:
         if given is None:
             continue

@@ -39,19 +39,12 @@ from typing import Any
 
 import yaml
 
-from slurmgate import contract, priorities
+from slurmgate import contract, names, priorities, reasons
 from slurmgate.podrequest import PodRequest
 
 POLICY_KEY = "tenancy.yaml"
 
 # Denial reasons (AdmissionReview status.reason, binder Event reasons; users match on them).
-NAMESPACE_NOT_IN_TENANCY = "NamespaceNotInTenancy"
-ACCOUNT_NOT_ALLOWED = "AccountNotAllowed"
-QOS_NOT_ALLOWED = "QOSNotAllowed"
-PARTITION_NOT_ALLOWED = "PartitionNotAllowed"
-POLICY_MISSING = "TenancyPolicyMissing"
-POLICY_INVALID = "TenancyPolicyInvalid"
-POLICY_LOADING = "TenancyPolicyLoading"
 
 # States of the policy source (slurmgate.tenancy_source).
 DISABLED = "disabled"
@@ -62,10 +55,7 @@ INVALID = "invalid"
 STATES = (DISABLED, LOADING, READY, MISSING, INVALID)
 
 # The same names podrequest accepts in the Slurm annotations.
-_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # Unix user names (POSIX portable set, as useradd takes them; 32 like Linux's limit).
-_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BODY_KEYS = ("user", "account", "accounts", "qos", "partitions")
 
 
@@ -136,7 +126,7 @@ def _names(v: Any, path: str, pattern: re.Pattern[str], what: str) -> tuple[str,
 
 
 def _name(v: Any, path: str, pattern: re.Pattern[str], what: str) -> str:
-    if not isinstance(v, str) or not pattern.match(v):
+    if not isinstance(v, str) or not pattern.fullmatch(v):
         shown = repr(v)[:70]
         raise PolicyError(path, f"{shown} is not a valid {what}")
     return v
@@ -145,22 +135,22 @@ def _name(v: Any, path: str, pattern: re.Pattern[str], what: str) -> str:
 def _body(doc: Any, path: str, namespaces: tuple[str, ...]) -> Tenant:
     if "user" not in doc:
         raise PolicyError(f"{path}.user", "is required (the Slurm user the jobs run as)")
-    user = _name(doc["user"], f"{path}.user", _USER_RE, "Unix user name")
+    user = _name(doc["user"], f"{path}.user", names.UNIX_USER, "Unix user name")
     account = None
     if doc.get("account") is not None:
-        account = _name(doc["account"], f"{path}.account", _SLURM_NAME_RE, "Slurm account name")
+        account = _name(doc["account"], f"{path}.account", names.SLURM_NAME, "Slurm account name")
     if doc.get("accounts") is not None:
-        accounts = frozenset(_names(doc["accounts"], f"{path}.accounts", _SLURM_NAME_RE,
+        accounts = frozenset(_names(doc["accounts"], f"{path}.accounts", names.SLURM_NAME,
                                     "Slurm account names"))
         if account is not None and account not in accounts:
             raise PolicyError(f"{path}.account", f"{account!r} is not among {path}.accounts")
     else:
         accounts = frozenset({account} if account else ())
-    qos = frozenset(_names(doc.get("qos") or [], f"{path}.qos", _SLURM_NAME_RE,
+    qos = frozenset(_names(doc.get("qos") or [], f"{path}.qos", names.SLURM_NAME,
                            "Slurm QOS names"))
     partitions = None
     if doc.get("partitions") is not None:
-        partitions = _names(doc["partitions"], f"{path}.partitions", _SLURM_NAME_RE,
+        partitions = _names(doc["partitions"], f"{path}.partitions", names.SLURM_NAME,
                             "Slurm partition names")
         if not partitions:
             raise PolicyError(f"{path}.partitions", "is empty (omit it to allow any partition)")
@@ -196,7 +186,7 @@ def parse(text: str) -> Policy:
         _check_keys(t, path, ("namespaces", *_BODY_KEYS))
         if not t.get("namespaces"):
             raise PolicyError(f"{path}.namespaces", "is required (a list of namespace names)")
-        nss = _names(t["namespaces"], f"{path}.namespaces", _NAMESPACE_RE, "namespace name")
+        nss = _names(t["namespaces"], f"{path}.namespaces", names.DNS_LABEL, "namespace name")
         tenant = _body(t, path, nss)
         for j, ns in enumerate(nss):
             if ns in where:
@@ -245,18 +235,18 @@ def admit(policy: Policy, namespace: str, req: PodRequest, priority_class: str |
     src = {k: f"from {v}" for k, v in came_from.items()}
     tenant = policy.resolve(namespace)
     if tenant is None:
-        raise TenancyDenied(NAMESPACE_NOT_IN_TENANCY,
+        raise TenancyDenied(reasons.DENY_NAMESPACE_NOT_IN_TENANCY,
                             f"namespace {_q(namespace)} belongs to no tenant of the tenancy "
                             "policy and the default is deny: it may not run Pods on Slurm")
     account = req.account
     if account is None:
         account = tenant.account
     elif account not in tenant.accounts:
-        raise TenancyDenied(ACCOUNT_NOT_ALLOWED,
+        raise TenancyDenied(reasons.DENY_ACCOUNT_NOT_ALLOWED,
                             f"namespace {_q(namespace)} may not use account {_q(account)} "
                             f"({contract.A_ACCOUNT}); allowed: {_allowed(tenant.accounts)}")
     if req.qos is not None and req.qos not in tenant.qos:
-        raise TenancyDenied(QOS_NOT_ALLOWED,
+        raise TenancyDenied(reasons.DENY_QOS_NOT_ALLOWED,
                             f"namespace {_q(namespace)} may not use QOS {_q(req.qos)} "
                             f"({src.get('qos', contract.A_QOS)}); allowed: {_allowed(tenant.qos)}")
     partition = req.partition
@@ -266,7 +256,7 @@ def admit(policy: Policy, namespace: str, req: PodRequest, priority_class: str |
         elif partition not in tenant.partitions:
             where = src.get("partition",
                             f"{contract.A_PARTITION}, or the webhook's DEFAULT_PARTITION")
-            raise TenancyDenied(PARTITION_NOT_ALLOWED,
+            raise TenancyDenied(reasons.DENY_PARTITION_NOT_ALLOWED,
                                 f"namespace {_q(namespace)} may not use partition {_q(partition)} "
                                 f"({where}); allowed: {_allowed(tenant.partitions)}")
     return dataclasses.replace(req, user=tenant.user, account=account, partition=partition)
@@ -282,9 +272,12 @@ def check(state: PolicyState, namespace: str, req: PodRequest,
     if state.policy is not None:  # ready, or invalid with the last good policy kept
         return admit(state.policy, namespace, req, priority_class, asked)
     if state.status == MISSING:
-        raise TenancyDenied(POLICY_MISSING, f"the tenancy policy is missing ({state.error}); "
+        raise TenancyDenied(reasons.DENY_TENANCY_POLICY_MISSING,
+                            f"the tenancy policy is missing ({state.error}); "
                             "Pods on Slurm are refused until an operator provides it")
     if state.status == INVALID:
-        raise TenancyDenied(POLICY_INVALID, f"the tenancy policy is invalid: {state.error}; "
+        raise TenancyDenied(reasons.DENY_TENANCY_POLICY_INVALID,
+                            f"the tenancy policy is invalid: {state.error}; "
                             "Pods on Slurm are refused until an operator fixes it")
-    raise TenancyDenied(POLICY_LOADING, "the tenancy policy is not loaded yet; retry shortly")
+    raise TenancyDenied(reasons.DENY_TENANCY_POLICY_LOADING,
+                        "the tenancy policy is not loaded yet; retry shortly")

@@ -6,21 +6,20 @@ import asyncio
 import base64
 import json
 import logging
-import re
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, faults, groups, podrequest, priorities, tenancy
+from slurmgate import contract, faults, groups, names, podrequest, priorities, reasons, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
 from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
 from slurmgate.webhook import metrics
-from slurmgate.webhook.grace import LongGrace, check_grace
+from slurmgate.webhook.config import Settings
+from slurmgate.webhook.grace import check_grace
 from slurmgate.webhook.patch import gate_pod
 from slurmgate.webhook.validate import check_fit
 
@@ -28,7 +27,6 @@ log = logging.getLogger("slurmgate.webhook")
 
 API_VERSION = "admission.k8s.io/v1"
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 # A Pod copied from another may carry our status annotations: never trust them.
 STALE = contract.STATUS_ANNOTATIONS
@@ -42,29 +40,6 @@ async def _no_lookup(path: str) -> dict[str, Any] | None:
 
 class BadReview(ValueError):
     """The body is not an AdmissionReview we can answer."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    fail_open: bool = False
-    default_memory: str | None = None
-    default_partition: str | None = None
-    dedup_entries: int = 10_000
-    # Longest an admission waits for Slurm to answer the submit (seconds; 0, the default: as
-    # long as the Slurm client does). Past it the Pod is admitted gated as Submitting while
-    # the submit goes on here, and the binder adopts the job by its claim. slurmctld answers
-    # slowly while it starts jobs; a site may prefer fast Pod creates to an error at create
-    # time when Slurm turns out to be down (the Pod then waits, gated, for the binder).
-    submit_budget: float = 0.0
-    # Longest an admission waits for the submit's answer when it does not hand off (seconds).
-    # A denied Pod's submit goes on past it (up to the Slurm client's own limit, LATE_ANSWER
-    # in webhook/__main__.py): slurmctld may still make the job once it is back, and only the
-    # answer names it, so the job is cancelled then rather than left to the binder's rare
-    # whole list (chaos, 22.05-26.05: a slurmctld restart made a denied Pod's job 12 s later).
-    answer_within: float = 5.0
-    # a Pod whose terminationGracePeriodSeconds outlasts its partition's preemption GraceTime
-    # (webhook/grace.py): its grace lowered, or the Pod refused
-    long_grace: LongGrace = LongGrace.CLAMP
 
 
 Submit = Callable[[JobSpec], Awaitable[int]]
@@ -150,10 +125,11 @@ class Admitter:
             return _response(uid, True)
         pod = req.get("object")
         if not isinstance(pod, dict):
-            return self._deny(uid, "InvalidObject", "request.object must be a Pod object")
+            return self._deny(uid, reasons.DENY_INVALID_OBJECT,
+                              "request.object must be a Pod object")
         meta = pod.get("metadata") or {}
         if not isinstance(meta, dict):
-            return self._deny(uid, "InvalidObject", "metadata must be an object")
+            return self._deny(uid, reasons.DENY_INVALID_OBJECT, "metadata must be an object")
         labels = meta.get("labels")
         if not contract.is_marked(labels if isinstance(labels, dict) else None):
             metrics.DECISIONS.labels("untouched").inc()
@@ -170,20 +146,20 @@ class Admitter:
                             meta: dict[str, Any]) -> dict[str, Any]:
         namespace = req.get("namespace") or meta.get("namespace") or "default"
         if not isinstance(namespace, str):
-            return self._deny(uid, "InvalidObject", "namespace must be a string")
+            return self._deny(uid, reasons.DENY_INVALID_OBJECT, "namespace must be a string")
         name = meta.get("name") or ""
         gen = meta.get("generateName") or ""
         if not isinstance(name, str) or not isinstance(gen, str):
-            return self._deny(uid, "InvalidObject", "metadata.name must be a string")
+            return self._deny(uid, reasons.DENY_INVALID_OBJECT, "metadata.name must be a string")
         # the apiserver validates names after admission; ours go into the job's name
-        if (name and not _DNS_SUBDOMAIN.match(name)) or (gen and not _DNS_SUBDOMAIN.match(
-                gen.rstrip("-") or "x")):
-            return self._deny(uid, "InvalidObject", "metadata.name/generateName must be a "
-                              "DNS subdomain (lower case letters, digits, '-', '.')")
+        if not all(names.DNS_SUBDOMAIN.fullmatch(n) for n in (name, gen.rstrip("-")) if n):
+            return self._deny(uid, reasons.DENY_INVALID_OBJECT,
+                              "metadata.name/generateName must be a DNS subdomain (lower case "
+                              "letters, digits, '-', '.')")
         pod_orig = pod
         spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
         if spec.get("nodeName"):
-            return self._deny(uid, "NodeNameSet",
+            return self._deny(uid, reasons.DENY_NODE_NAME_SET,
                               "spec.nodeName is set: Slurm chooses the Node for this Pod; "
                               "remove spec.nodeName or the slurmgate.io/scheduler label")
         try:
@@ -191,7 +167,7 @@ class Admitter:
         except podrequest.PodRequestError as e:
             return self._deny(uid, e.reason, str(e))
         except Exception as e:  # the API is unreachable: say so rather than guess
-            return self._deny(uid, "OwnerLookupFailed",
+            return self._deny(uid, reasons.DENY_OWNER_LOOKUP_FAILED,
                               f"could not read the Pod's owning workload: {e}")
         extra = {k: v for k, v in resolved.owner_options.items()
                  if k not in (meta.get("annotations") or {})}
@@ -214,7 +190,7 @@ class Admitter:
         grace: int | None = None  # the Pod's terminationGracePeriodSeconds, when lowered
         if nodes is None:
             if not self.settings.fail_open:
-                return self._deny(uid, "InventoryUnavailable",
+                return self._deny(uid, reasons.DENY_INVENTORY_UNAVAILABLE,
                                   "the Slurm node inventory is not loaded (Slurm unreachable "
                                   "since this webhook started?); retry shortly")
             warnings.append("Slurm's node inventory is not loaded: the Pod is admitted gated "
@@ -243,7 +219,7 @@ class Admitter:
             fitting = [c for c in nodes.in_partition(r.partition)
                        if c.memory_mib >= r.memory_mib and c.cpus >= r.cpus] if nodes else []
             if nodes is not None and group.size > len(fitting):
-                return self._deny(uid, "GroupTooLarge",
+                return self._deny(uid, reasons.DENY_GROUP_TOO_LARGE,
                                   f"group {group.name!r} needs {group.size} Nodes at once; "
                                   f"partition {r.partition or nodes.default_partition!r} has "
                                   f"{len(fitting)} that fit one member")
@@ -314,11 +290,11 @@ class Admitter:
         """Denied, or with fail-open gated for the binder to submit when Slurm answers. A
         refusal is denied either way, in Slurm's own words: Slurm did answer, and made no job."""
         if isinstance(e, SlurmRefused):
-            return self._deny(uid, contract.EV_SUBMIT_REFUSED, refusal(e, job))
+            return self._deny(uid, reasons.EV_SUBMIT_REFUSED, refusal(e, job))
         if not self.settings.fail_open:
             if isinstance(e, SlurmUnavailable):
-                return self._deny(uid, "SlurmUnavailable", f"Slurm is unreachable: {e}")
-            return self._deny(uid, contract.EV_SUBMIT_FAILED,
+                return self._deny(uid, reasons.DENY_SLURM_UNAVAILABLE, f"Slurm is unreachable: {e}")
+            return self._deny(uid, reasons.EV_SUBMIT_FAILED,
                               f"submitting the placeholder job failed: {e}")
         annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
         annotations[contract.A_JOB_REASON] = str(e)[:200]

@@ -18,7 +18,32 @@ from slurmgate.config import (
     tenancy_configmap,
 )
 from slurmgate.webhook import grace
-from slurmgate.webhook.admission import Settings
+from slurmgate.webhook.grace import LongGrace
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an admission does, as the operator set it (owned here, read by admission.py)."""
+
+    fail_open: bool = False
+    default_memory: str | None = None
+    default_partition: str | None = None
+    dedup_entries: int = 10_000
+    # Longest an admission waits for Slurm to answer the submit (seconds; 0, the default: as
+    # long as the Slurm client does). Past it the Pod is admitted gated as Submitting while
+    # the submit goes on here, and the binder adopts the job by its claim. slurmctld answers
+    # slowly while it starts jobs; a site may prefer fast Pod creates to an error at create
+    # time when Slurm turns out to be down (the Pod then waits, gated, for the binder).
+    submit_budget: float = 0.0
+    # Longest an admission waits for the submit's answer when it does not hand off (seconds).
+    # A denied Pod's submit goes on past it (up to the Slurm client's own limit, LATE_ANSWER
+    # in webhook/__main__.py): slurmctld may still make the job once it is back, and only the
+    # answer names it, so the job is cancelled then rather than left to the binder's rare
+    # whole list (chaos, 22.05-26.05: a slurmctld restart made a denied Pod's job 12 s later).
+    answer_within: float = 5.0
+    # a Pod whose terminationGracePeriodSeconds outlasts its partition's preemption GraceTime
+    # (webhook/grace.py): its grace lowered, or the Pod refused
+    long_grace: LongGrace = LongGrace.CLAMP
 
 
 @dataclass(frozen=True)

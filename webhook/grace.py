@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from slurmgate import reasons
 from slurmgate.nodemap import NodeMap
 from slurmgate.podrequest import PodRequest
 from slurmgate.preemption import EVICT_MARGIN, KUBELET_MIN_GRACE, preempt_every, stop_budget
@@ -56,7 +57,7 @@ def check_grace(req: PodRequest, nodes: NodeMap, mode: LongGrace) -> GraceVerdic
         # between SIGTERM and SIGKILL whatever the spec says.
         if mode is LongGrace.DENY:
             return GraceVerdict(
-                False, "GraceTimeTooShort",
+                False, reasons.DENY_GRACE_TIME_TOO_SHORT,
                 f"{why} leaves {max(budget, 0)}s, less than the {KUBELET_MIN_GRACE}s the "
                 f"kubelet gives any Pod to stop: a preempted Pod here would still run when "
                 f"Slurm starts the next job on its Node. Use a partition with a longer "
@@ -72,7 +73,7 @@ def check_grace(req: PodRequest, nodes: NodeMap, mode: LongGrace) -> GraceVerdic
         return GraceVerdict()
     if mode is LongGrace.DENY:
         return GraceVerdict(
-            False, "GracePeriodTooLong",
+            False, reasons.DENY_GRACE_PERIOD_TOO_LONG,
             f"terminationGracePeriodSeconds {asked} is longer than the {budget}s a Pod may take "
             f"to stop: {why}; a longer stop would let Slurm start the next job beside this "
             f"Pod. Set spec.terminationGracePeriodSeconds to at most {budget}, or use a "

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract
+from slurmgate.slurm.models import ALLOCATED_STATES, QUEUED_OR_RUNNING_STATES, RUNNING
 
 # How precisely squeue states a start time (whole seconds), so a job counts as having run at the
 # moment the Pods were read only if it started at least this long before.
@@ -16,8 +17,9 @@ START_PRECISION = 1.0
 # A process's start time is in clock ticks (1/100 s): a margin of two
 PROC_START_PRECISION = 0.02
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-ON_NODE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "SIGNALING"})
-QUEUED_OR_RUNNING = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "SUSPENDED"})
+# the job-state model's own sets (slurmgate/slurm/models.py), never a list of our own
+ON_NODE_STATES = ALLOCATED_STATES
+QUEUED_OR_RUNNING = QUEUED_OR_RUNNING_STATES
 
 
 @dataclass(frozen=True)
@@ -279,7 +281,7 @@ def waiting_without_job(s: Snapshot) -> dict[str, str]:
 
 def unbound_while_running(s: Snapshot) -> dict[str, str]:
     """Pods whose job is RUNNING but which are not bound: key -> description."""
-    running = {j.claim: j for j in s.jobs if j.claim and j.state == "RUNNING"}
+    running = {j.claim: j for j in s.jobs if j.claim and j.state == RUNNING}
     return {p.key: f"Pod {p.key} unbound while its job {running[p.claim].job_id} runs"
             for p in s.pods if p.waiting and p.claim in running}
 

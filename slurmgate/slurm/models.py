@@ -3,9 +3,10 @@ model every other module uses (never a second list of states elsewhere)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from slurmgate import names
 
 # Slurm's job states, by what they mean for the Node a placeholder job holds. Every set of
 # states elsewhere is derived from these (the binder, the job poller, the benches).
@@ -13,10 +14,12 @@ PENDING = "PENDING"
 RUNNING = "RUNNING"
 COMPLETING = "COMPLETING"
 PREEMPTED = "PREEMPTED"
+SUSPENDED = "SUSPENDED"
+CONFIGURING = "CONFIGURING"  # allocated; PrologSlurmctld (our push hook among them) still runs
 
 # Slurm may still start the job, or has put it back in the queue: no Pod may run on its behalf.
-WAITING_STATES = frozenset({PENDING, "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
-                            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"})
+WAITING_STATES = frozenset({PENDING, "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", CONFIGURING,
+                            "RESIZING", SUSPENDED, "SIGNALING", "STAGE_OUT"})
 
 # Base job states in which Slurm holds no resources for the job any more. PREEMPTED is here:
 # once Slurm reports it as the base state the job's processes are gone (while a preempted job
@@ -57,14 +60,28 @@ STOPPING_STATES = RELEASED_STATES | {COMPLETING}
 # CONFIGURING too: a started job stays CONFIGURING while PrologSlurmctld runs (the push hook
 # among them), and a start must be noticed at once when no push comes. Held or suspended jobs
 # wait for a person, not for Slurm.
-IN_FLIGHT_STATES = (WAITING_STATES - {"SUSPENDED", "REQUEUE_HOLD"}) | {COMPLETING, PREEMPTED}
+IN_FLIGHT_STATES = (WAITING_STATES - {SUSPENDED, "REQUEUE_HOLD"}) | {COMPLETING, PREEMPTED}
+
+# Slurm could not start the job at all (slurmd refused it: "Job credential revoked" for an id a
+# controller that lost its state reused; the node failed at launch): its Pods never ran, so
+# they may simply get a new job.
+LAUNCH_FAILED_STATES = frozenset({"FAILED", "BOOT_FAIL", "NODE_FAIL", "LAUNCH_FAILED"})
+# Slurm holds nodes for the job, and its processes may be on them (SUSPENDED: stopped but
+# resident; CONFIGURING: the prolog runs there). For the binder the job still waits (see
+# WAITING_STATES: no Pod may run for it); for a check of who is on a node, it is there.
+ALLOCATED_STATES = frozenset({RUNNING, COMPLETING, SUSPENDED, CONFIGURING, "SIGNALING"})
+# Queued or running, and not on its way out: a job of ours in one of these still counts.
+QUEUED_OR_RUNNING_STATES = WAITING_STATES | {RUNNING}
+# A requeued job that already ran once (restarts > 0) shows one of these while it goes round
+# again: completing on its old node, waiting, or running elsewhere.
+REQUEUE_ROUND_STATES = WAITING_STATES | {RUNNING, COMPLETING}
 
 # Flags that take precedence over the base state in the v0.0.38 single-string form; the list
 # form (v0.0.40+) is reduced to one state in this order, so both read alike.
 JOB_FLAG_PRECEDENCE = (
     COMPLETING,
     "STAGE_OUT",
-    "CONFIGURING",
+    CONFIGURING,
     "RESIZING",
     "REQUEUED",
     "REQUEUE_FED",
@@ -78,10 +95,6 @@ JOB_FLAG_PRECEDENCE = (
 # GraceTime on 24.11: RUNNING + SIGNALING) says nothing of where the job is, so the base state
 # stands; read as a waiting state, a bound Pod's job being signalled looked requeued
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
-# A Unix user name, as a header value can carry it (no spaces, no line breaks)
-_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-# A gres type, as it goes between colons in gres/gpu:<type>:N
-_GRES_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -113,11 +126,11 @@ class JobSpec:
             raise ValueError(f"nodes must be > 0, got {self.nodes}")
         if self.gpus < 0:
             raise ValueError(f"gpus must be >= 0, got {self.gpus}")
-        if self.gpu_type is not None and not _GRES_TYPE_RE.match(self.gpu_type):
+        if self.gpu_type is not None and not names.SLURM_NAME.fullmatch(self.gpu_type):
             raise ValueError(f"gpu_type must be a gres type name, got {self.gpu_type[:40]!r}")
         if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
             raise ValueError(f"time_limit_minutes must be > 0, got {self.time_limit_minutes}")
-        if self.user is not None and not _USER_RE.match(self.user):
+        if self.user is not None and not names.UNIX_USER.fullmatch(self.user):
             raise ValueError(f"user must be a Unix user name, got {self.user[:40]!r}")
 
 

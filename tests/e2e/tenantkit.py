@@ -21,7 +21,7 @@ import yaml
 
 from cluster.bridge import NAMESPACE, Bridge
 from cluster.local import GPU_RESOURCE, Local
-from slurmgate import contract, tenancy
+from slurmgate import contract, reasons, tenancy
 from tests.e2e.conftest import Kubectl, scontrol_job, wait_until
 from tests.e2e.faultkit import metric
 from tests.e2e.test_gpus import set_gpus
@@ -41,7 +41,8 @@ MISSING_SAYS = (f"the tenancy policy is missing (ConfigMap {NAMESPACE}/{POLICY_C
                 "Pods on Slurm are refused until an operator provides it")
 INVALID_SAYS = "Pods on Slurm are refused until an operator fixes it"
 # a denial that is the policy's state, not a decision of a usable policy
-FAIL_CLOSED = (tenancy.POLICY_MISSING, tenancy.POLICY_INVALID, tenancy.POLICY_LOADING)
+FAIL_CLOSED = (reasons.DENY_TENANCY_POLICY_MISSING, reasons.DENY_TENANCY_POLICY_INVALID,
+               reasons.DENY_TENANCY_POLICY_LOADING)
 
 
 def user_account(local: Local, job_id: str) -> tuple[str, str]:

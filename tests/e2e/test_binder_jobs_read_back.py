@@ -20,7 +20,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
-from slurmgate import contract, hostlist
+from slurmgate import contract, hostlist, reasons
 from slurmgate.slurm import JobInfo, SlurmClient
 from tests.e2e.conftest import Kubectl, job_id_of, marked_pod, scontrol_job, slurm_cli, wait_until
 from tests.e2e.faultkit import bound_pods, events_of, fillers_on, pods, scancel_quiet
@@ -79,7 +79,7 @@ def test_gang_job_runs_as_the_tenant_on_whole_nodes(local: Local, admin: Kubectl
     # the binder submitted it (a gang's job is never the webhook's), and says so
     wait_until("the binder's SlurmJobSubmitted Event", lambda: any(
         f"submitted job {job_id} for 2 nodes" in e["message"]
-        for e in events_of(admin, ns, contract.EV_JOB_SUBMITTED)), 15)
+        for e in events_of(admin, ns, reasons.EV_JOB_SUBMITTED)), 15)
     assert user_account(local, job_id) == ("sg-team-a", "shared")
     rest = rest_job(local, job_id)
     assert rest is not None and rest.user == "sg-team-a", rest
@@ -125,7 +125,7 @@ def test_resubmitted_job_runs_as_the_tenant_on_a_whole_node(local: Local, admin:
     # the binder's own submit, and it says so (the webhook's is "... submitted at admission")
     wait_until("the binder's SlurmJobSubmitted Event", lambda: any(
         e["message"] == f"submitted placeholder job {job_id} as Slurm user sg-team-a"
-        for e in events_of(admin, ns, contract.EV_JOB_SUBMITTED)), 15)
+        for e in events_of(admin, ns, reasons.EV_JOB_SUBMITTED)), 15)
     assert user_account(local, job_id) == ("sg-team-a", "team-a")
     assert user_account(local, first) == ("sg-team-a", "team-a")  # as the webhook's was
     rest = rest_job(local, job_id)

@@ -17,7 +17,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local
-from slurmgate import contract
+from slurmgate import reasons
 from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, wait_until
 from tests.e2e.faultkit import assert_no_leak, events_of, jobs_in, record
 from tests.e2e.watchers import LoadWatch
@@ -71,7 +71,7 @@ def test_load_burst_with_hpc_churn(local: Local, admin: Kubectl, bridge: Bridge,
     assert watch.samples > 20
     assert not watch.sharing, watch.sharing[:10]
     assert not watch.stuck, sorted(watch.stuck.items(), key=lambda x: -x[1])[:10]
-    evicted = len(events_of(admin, ns, contract.EV_JOB_PREEMPTED))
+    evicted = len(events_of(admin, ns, reasons.EV_JOB_PREEMPTED))
     print(f"[load] preemptions seen: {evicted}")
     try:
         # The first hpc job is submitted before any Pod is deleted, onto nodes that all hold a
@@ -80,7 +80,7 @@ def test_load_burst_with_hpc_churn(local: Local, admin: Kubectl, bridge: Bridge,
         # freed by a deletion: one is all the setup guarantees. Inside the try: the 1,000 Pods
         # are cleaned up below whatever fails.
         if hpc_ids and n_pods >= len(local.slurm.nodes):
-            assert evicted >= 1, (f"preemptions seen: {evicted} ({contract.EV_JOB_PREEMPTED} "
+            assert evicted >= 1, (f"preemptions seen: {evicted} ({reasons.EV_JOB_PREEMPTED} "
                                   f"Events) after {len(hpc_ids)} hpc jobs: the churn preempted "
                                   "nothing")
         assert_no_leak(local, admin, ns, timeout=120)

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import GPU_RESOURCE, Local, k8s_node_name
-from slurmgate import contract
+from slurmgate import contract, reasons
 from tests.e2e.conftest import (
     Kubectl,
     marked_pod,
@@ -149,7 +149,7 @@ def test_binder_refuses_a_node_without_the_gpus_and_gives_the_job_back(
     def refused() -> list[dict]:
         assert not bound_node(admin, ns, "g"), "bound to a Node without GPUs"
         return [e for e in admin.items("events", ns=ns)
-                if e["reason"] == contract.EV_NODE_LACKS_GPUS and e["type"] == "Warning"]
+                if e["reason"] == reasons.EV_NODE_LACKS_GPUS and e["type"] == "Warning"]
 
     (said, *_) = wait_until("a NodeLacksGPUs Warning", refused, 30)
     assert f"Slurm allocated {first['nodes']} but Node {k8s_node_name(first['nodes'])} has 0 " \

@@ -22,7 +22,7 @@ import pytest
 from cluster import incluster, realnode
 from cluster import local as local_mod
 from cluster.realnode import NodeSpec
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.preemption import stop_budget
 from tests.e2e.conftest import Kubectl, slurm_cli, squeue, wait_until
 from tests.e2e.faultkit import metric
@@ -257,7 +257,7 @@ def test_a_preempted_pod_is_gone_before_the_preemptor_starts(
         finally:
             slurm_cli(cluster, "scancel", str(hpc))
     assert s.saw_pod() and not s.overlaps, s.report()
-    assert contract.EV_JOB_PREEMPTED in _reasons(admin, "inv-preempted")
+    assert reasons.EV_JOB_PREEMPTED in _reasons(admin, "inv-preempted")
     assert _state(cluster, int(placeholder)) not in ("RUNNING", "PENDING")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
-from slurmgate import contract, hostlist
+from slurmgate import contract, hostlist, reasons
 from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, slurm_cli, squeue, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +84,7 @@ def test_a_pod_preempts_a_batch_job(local: Local, admin: Kubectl, bridge: Bridge
                    for r in squeue(local)) == len(batch) - 1
         said = wait_until("an Event naming the displaced job", lambda: [
             e["message"] for e in admin.items("events", ns=ns)
-            if e["reason"] == contract.EV_DISPLACED], 20)
+            if e["reason"] == reasons.EV_DISPLACED], 20)
         assert f"job {victim} " in said[0] and f"partition {partition}" in said[0], said
         assert said[0].endswith(how), said
     finally:

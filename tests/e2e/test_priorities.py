@@ -21,7 +21,7 @@ import yaml
 
 from cluster.bridge import NAMESPACE
 from cluster.local import Local
-from slurmgate import contract, priorities, tenancy
+from slurmgate import contract, reasons, tenancy
 from tests.e2e.conftest import Kubectl, marked_pod, scontrol_job, slurm_idle, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,7 @@ def env(admin: Kubectl, local: Local, bridge: object) -> Iterator[Env]:
     admin.run("patch", "configmap", POLICY_CM, "-n", NAMESPACE, "--type=merge", "-p",
               json.dumps({"data": {tenancy.POLICY_KEY: yaml.safe_dump(doc)}}))
     # applied (the webhook watches the policy) once the class forbids another QOS
-    wait_until("priority mapping applied", lambda: priorities.FORBIDS_QOS in _denial(
+    wait_until("priority mapping applied", lambda: reasons.DENY_CLASS_FORBIDS_QOS in _denial(
         admin, e.a, _with_class(marked_pod("probe", annotations={contract.A_QOS: "normal"}),
                                 e.high)), 30)
     try:
@@ -114,14 +114,14 @@ def test_the_class_gives_the_job_its_qos_partition_and_nice(local: Local, admin:
     # an annotation the class forbids is denied, naming the class, the field and its value
     msg = _denial(admin, env.a, _with_class(
         marked_pod("x", annotations={contract.A_QOS: "normal"}), env.high))
-    assert priorities.FORBIDS_QOS in msg and f'PriorityClass "{env.high}"' in msg, msg
+    assert reasons.DENY_CLASS_FORBIDS_QOS in msg and f'PriorityClass "{env.high}"' in msg, msg
     assert 'QOS "batch"' in msg and contract.A_QOS in msg, msg
     msg = _denial(admin, env.a, _with_class(
         marked_pod("x", annotations={contract.A_PRIORITY: "0"}), env.high))
-    assert priorities.FORBIDS_NICE in msg and "nice 50" in msg, msg
+    assert reasons.DENY_CLASS_FORBIDS_NICE in msg and "nice 50" in msg, msg
     # the mapped QOS is checked against the tenant like an annotation: B may not use batch
     msg = _denial(admin, env.b, _with_class(marked_pod("x"), env.high))
-    assert tenancy.QOS_NOT_ALLOWED in msg and f'from PriorityClass "{env.high}"' in msg, msg
+    assert reasons.DENY_QOS_NOT_ALLOWED in msg and f'from PriorityClass "{env.high}"' in msg, msg
     # a class the mapping does not list changes nothing
     assert _denial(admin, env.a, _with_class(
         marked_pod("x", annotations={contract.A_QOS: "normal"}), env.low)) == ""

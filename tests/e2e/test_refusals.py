@@ -21,7 +21,7 @@ import yaml
 
 from cluster.bridge import NAMESPACE
 from cluster.local import Local
-from slurmgate import contract
+from slurmgate import contract, reasons
 from tests.e2e.conftest import Kubectl, marked_pod, slurm_idle, squeue, wait_until
 from tests.e2e.test_tenancy import POLICY_CM, POLICY_KEY, _denial
 
@@ -87,7 +87,7 @@ def test_binder_event_of_a_refused_gang_is_slurms_words(local: Local, admin: Kub
     def refused() -> dict[str, str]:
         return {e["involvedObject"]["name"]: e["message"]
                 for e in admin.items("events", ns=ghost_ns)
-                if e["reason"] == contract.EV_SUBMIT_REFUSED}
+                if e["reason"] == reasons.EV_SUBMIT_REFUSED}
 
     wait_until("SlurmSubmitRefused on both members", lambda: len(refused()) == 2, 30)
     for name, message in refused().items():

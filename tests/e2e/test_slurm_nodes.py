@@ -16,7 +16,7 @@ import pytest
 from cluster import slurm_faults
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
-from slurmgate import contract
+from slurmgate import contract, reasons
 from tests.e2e.conftest import (
     Kubectl,
     WaitTimeout,
@@ -126,7 +126,7 @@ def test_gated_pod_shows_slurms_decision_as_a_condition(local: Local, admin: Kub
     admin.run("wait", f"--for=condition={contract.COND_ALLOCATED}", "pod/waiting", "-n", ns,
               "--timeout=90s")
     cond = condition(admin, ns, "waiting")
-    assert cond is not None and cond["reason"] == contract.COND_REASON_ALLOCATED, cond
+    assert cond is not None and cond["reason"] == reasons.COND_REASON_ALLOCATED, cond
     node = admin.get("pod", "waiting", ns)["spec"]["nodeName"]
     assert node in cond["message"], cond
 

@@ -24,7 +24,7 @@ import yaml
 
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
-from slurmgate import contract, tenancy
+from slurmgate import contract, reasons
 from tests.e2e.conftest import (
     Kubectl,
     marked_pod,
@@ -97,9 +97,9 @@ def test_default_deny_then_missing_then_invalid_then_fixed(
     deny = _deny_others(listed)
     with policy_kept(admin, bridge, ns) as original:
         # default: deny -- the unlisted namespace is refused, the listed one admitted
-        apply_and_wait(admin, bridge, deny, lambda: tenancy.NAMESPACE_NOT_IN_TENANCY in
+        apply_and_wait(admin, bridge, deny, lambda: reasons.DENY_NAMESPACE_NOT_IN_TENANCY in
                        _denial(admin, ns, {}), "default: deny", original)
-        _create_refused(admin, ns, "unlisted", tenancy.NAMESPACE_NOT_IN_TENANCY,
+        _create_refused(admin, ns, "unlisted", reasons.DENY_NAMESPACE_NOT_IN_TENANCY,
                         f'namespace "{ns}" belongs to no tenant of the tenancy policy and the '
                         "default is deny")
         assert _denial(admin, listed, {}) == ""
@@ -107,10 +107,10 @@ def test_default_deny_then_missing_then_invalid_then_fixed(
         # the ConfigMap deleted: every marked Pod refused, the listed namespace's too
         delete_policy(admin)
         wait_until("webhook: policy missing", lambda: fail_closed_reason(
-            admin, listed) == tenancy.POLICY_MISSING, 30)
+            admin, listed) == reasons.DENY_TENANCY_POLICY_MISSING, 30)
         wait_until("binder: policy missing", lambda: binder_state(bridge, "missing"), 30)
         for where in (listed, ns):
-            _create_refused(admin, where, "while-missing", tenancy.POLICY_MISSING,
+            _create_refused(admin, where, "while-missing", reasons.DENY_TENANCY_POLICY_MISSING,
                             MISSING_SAYS)
         # unmarked Pods never depend on slurmgate (the webhook's objectSelector)
         plain = marked_pod("plain")
@@ -121,10 +121,10 @@ def test_default_deny_then_missing_then_invalid_then_fixed(
         # back, but invalid: with no good policy before it, still refused, naming the field
         put_policy(admin, INVALID_POLICY, original)
         wait_until("webhook: policy invalid", lambda: fail_closed_reason(
-            admin, listed) == tenancy.POLICY_INVALID, 30)
+            admin, listed) == reasons.DENY_TENANCY_POLICY_INVALID, 30)
         wait_until("binder: policy invalid", lambda: binder_state(bridge, "invalid"), 30)
         for where in (listed, ns):
-            _create_refused(admin, where, "while-invalid", tenancy.POLICY_INVALID,
+            _create_refused(admin, where, "while-invalid", reasons.DENY_TENANCY_POLICY_INVALID,
                             "the tenancy policy is invalid: ", INVALID_FIELD, INVALID_SAYS)
         assert _jobs_of(local, ns, listed) == []  # nothing was ever submitted
 
@@ -137,7 +137,7 @@ def test_default_deny_then_missing_then_invalid_then_fixed(
             "pod", "after-fix", listed))["spec"].get("nodeName") and p, 30)
         job_id = pod["metadata"]["annotations"][contract.A_JOB_ID]
         assert user_account(local, job_id) == ("sg-team-a", "team-a")
-        assert tenancy.NAMESPACE_NOT_IN_TENANCY in _denial(admin, ns, {})
+        assert reasons.DENY_NAMESPACE_NOT_IN_TENANCY in _denial(admin, ns, {})
 
 
 def test_an_invalid_policy_after_a_good_one_keeps_the_good_one(
@@ -145,15 +145,16 @@ def test_an_invalid_policy_after_a_good_one_keeps_the_good_one(
     """The other half of "invalid": with a good policy before it, that one stays in force
     (not the invalid text, and not a refusal of everything)."""
     with policy_kept(admin, bridge, ns) as original:
-        apply_and_wait(admin, bridge, _deny_others(listed), lambda: tenancy.NAMESPACE_NOT_IN_TENANCY
-                       in _denial(admin, ns, {}), "default: deny", original)
+        apply_and_wait(admin, bridge, _deny_others(listed),
+                       lambda: reasons.DENY_NAMESPACE_NOT_IN_TENANCY in _denial(admin, ns, {}),
+                       "default: deny", original)
         put_policy(admin, INVALID_POLICY, original)
         # its answers do not change, so each process's own gauge says it read the text
         wait_until("binder: policy invalid", lambda: binder_state(bridge, "invalid"), 30)
         wait_until("webhook: policy invalid", lambda: webhook_state(bridge, "invalid"), 30)
         assert _denial(admin, listed, {}) == ""  # the last good policy: listed is team A
         said = _denial(admin, ns, {})
-        assert tenancy.NAMESPACE_NOT_IN_TENANCY in said, said  # and its default: deny
+        assert reasons.DENY_NAMESPACE_NOT_IN_TENANCY in said, said  # and its default: deny
 
 
 # --------------------------------------------------------------------------- the binder
@@ -209,11 +210,11 @@ def test_binder_holds_a_gang_while_the_policy_is_missing_or_invalid(
 
             # NodeLacksGPUs, given back after BINDER_GPU_GRACE (8 s here), submit refused
             refused = wait_until("TenancyPolicyMissing on both members", lambda: _refused_both(
-                admin, ns, tenancy.POLICY_MISSING), 60)
+                admin, ns, reasons.DENY_TENANCY_POLICY_MISSING), 60)
             for name, message in refused.items():
                 assert message == MISSING_SAYS, (name, message)
             assert any(e["involvedObject"]["name"] == "m0" for e in events_of(
-                admin, ns, contract.EV_NODE_LACKS_GPUS)), "the first job was never allocated"
+                admin, ns, reasons.EV_NODE_LACKS_GPUS)), "the first job was never allocated"
             assert not _group_jobs(local, ns, ACTIVE), "the binder submitted anyway"
             assert first["id"] not in {r["id"] for r in squeue(local) if r["state"] in ACTIVE}
             for name, p in pods(admin, ns).items():  # held: gated, unbound, waiting
@@ -226,7 +227,7 @@ def test_binder_holds_a_gang_while_the_policy_is_missing_or_invalid(
             put_policy(admin, INVALID_POLICY, original)
             wait_until("binder: policy invalid", lambda: binder_state(bridge, "invalid"), 30)
             refused = wait_until("TenancyPolicyInvalid on both members", lambda: _refused_both(
-                admin, ns, tenancy.POLICY_INVALID), 30)
+                admin, ns, reasons.DENY_TENANCY_POLICY_INVALID), 30)
             for name, message in refused.items():
                 assert INVALID_FIELD in message and INVALID_SAYS in message, (name, message)
             assert not _group_jobs(local, ns, ACTIVE), "the binder submitted anyway"

@@ -10,7 +10,8 @@ import jsonpatch
 import pytest
 
 from slurmgate import contract
-from slurmgate.webhook.admission import Admitter, BadReview, Settings
+from slurmgate.webhook.admission import Admitter, BadReview
+from slurmgate.webhook.config import Settings
 from slurmgate.webhook.patch import gate_pod
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 

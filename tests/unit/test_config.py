@@ -21,8 +21,7 @@ from slurmgate.config import (
 )
 from slurmgate.webhook import __main__ as webhook_main
 from slurmgate.webhook import config as webhook_config
-from slurmgate.webhook.admission import Settings
-from slurmgate.webhook.config import WebhookConfig
+from slurmgate.webhook.config import Settings, WebhookConfig
 from slurmgate.webhook.grace import LongGrace
 
 SLURM_ENV = {

@@ -8,7 +8,7 @@ import dataclasses
 import time
 from typing import Any
 
-from slurmgate import contract
+from slurmgate import reasons
 from slurmgate.binder import decide as state
 from slurmgate.binder.actions import Actions
 from slurmgate.binder.config import ReconcileSettings
@@ -60,9 +60,9 @@ async def test_the_eviction_asks_for_the_shorter_grace_and_says_why() -> None:
                   ReconcileSettings(), lambda: READY)
     p = pod(False, "kwok-n1", "Running")
     p["spec"]["terminationGracePeriodSeconds"] = 10
-    await act.evict(p, contract.EV_JOB_CANCELLED, "job 7 cancelled", {}, time.time() + 5)
+    await act.evict(p, reasons.EV_JOB_CANCELLED, "job 7 cancelled", {}, time.time() + 5)
     ((_, body),) = kube.created
     assert body["deleteOptions"]["gracePeriodSeconds"] in (3, 4)
     assert "gets" in events.sent[0][2] and "asked for 10s" in events.sent[0][2]
-    await act.evict(p, contract.EV_JOB_CANCELLED, "job 7 cancelled", {}, None)
+    await act.evict(p, reasons.EV_JOB_CANCELLED, "job 7 cancelled", {}, None)
     assert "gracePeriodSeconds" not in kube.created[1][1]["deleteOptions"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from slurmgate import contract, podrequest
+from slurmgate import contract, podrequest, reasons
 from slurmgate.binder import decide as state
 from slurmgate.binder.nodesync import node_view
 from slurmgate.nodemap import NodeMap, gpus_by_type
@@ -181,7 +181,7 @@ def test_binder_binds_only_where_the_node_has_the_gpus(ref: state.NodeRef, pod: 
     if bind:
         assert (d.action, d.node) == (state.BIND, "kwok-n3")
         return
-    assert (d.action, d.reason, d.binds) == (state.WAIT, contract.EV_NODE_LACKS_GPUS, ())
+    assert (d.action, d.reason, d.binds) == (state.WAIT, reasons.EV_NODE_LACKS_GPUS, ())
     assert "kwok-n3" in d.message and "n3" in d.message and d.members == (pod,)
     assert d.requeue_after == pytest.approx(55.0)
 
@@ -190,7 +190,7 @@ def test_binder_gives_the_job_back_after_the_grace() -> None:
     ref = state.NodeRef("kwok-n3", False, 1, "a100")
     pod = bound_pod("2")
     d = state.decide(state.Unit.single(pod), lambda _c: running(61), world(ref))
-    assert (d.action, d.reason) == (state.RESUBMIT, contract.EV_NODE_LACKS_GPUS)
+    assert (d.action, d.reason) == (state.RESUBMIT, reasons.EV_NODE_LACKS_GPUS)
     assert d.cancel is not None and d.cancel.job_id == 7 and d.binds == ()
     assert "has 1 allocatable GPUs, the Pod requests 2" in d.message
 
@@ -208,8 +208,8 @@ def test_gang_with_one_node_short_binds_nobody_and_is_released_after_the_grace()
     w = dataclasses.replace(world(nodes["n3"]), node_for=nodes)
     unit = state.Unit(tuple(members), True)
     d = state.decide(unit, lambda _c: job, w)
-    assert (d.action, d.reason, d.binds) == (state.WAIT, contract.EV_NODE_LACKS_GPUS, ())
+    assert (d.action, d.reason, d.binds) == (state.WAIT, reasons.EV_NODE_LACKS_GPUS, ())
     late = dataclasses.replace(job, start_time=int(NOW) - 61)
     d = state.decide(unit, lambda _c: late, w)
-    assert (d.action, d.reason) == (state.RELEASE, contract.EV_NODE_LACKS_GPUS)
+    assert (d.action, d.reason) == (state.RELEASE, reasons.EV_NODE_LACKS_GPUS)
     assert {id(p) for p in d.clear} == {id(p) for p in members}

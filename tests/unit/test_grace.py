@@ -20,7 +20,8 @@ from slurmgate.config import ConfigError
 from slurmgate.nodemap import NodeMap
 from slurmgate.webhook import __main__ as webhook_main
 from slurmgate.webhook import config as webhook_config
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from slurmgate.webhook.grace import LongGrace
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from slurmgate import contract
 from slurmgate.slurm import DIALECTS, PLACEHOLDER_SCRIPT, JobSpec, dialects
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 
 # annotation -> (JobSpec attribute, submit-body field); the only place a value may go

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from slurmgate import contract, priorities, tenancy
+from slurmgate import contract, priorities, reasons, tenancy
 from slurmgate.tenancy import PolicyState
 from tests.unit.fakes import marked_pod, review
 from tests.unit.test_tenancy_enforcement import actions, admitter, gang, in_ns, pending_pod
@@ -93,9 +93,10 @@ async def test_unlisted_or_no_class_takes_the_star_entry() -> None:
 
 async def test_a_conflicting_annotation_is_denied_naming_class_field_and_value() -> None:
     a, s = admitter(READY)
-    cases = [({contract.A_QOS: "batch"}, priorities.FORBIDS_QOS, 'QOS "prod"'),
-             ({contract.A_PARTITION: "k8s"}, priorities.FORBIDS_PARTITION, 'partition "hpc"'),
-             ({contract.A_PRIORITY: "0"}, priorities.FORBIDS_NICE, "nice 50")]
+    cases = [({contract.A_QOS: "batch"}, reasons.DENY_CLASS_FORBIDS_QOS, 'QOS "prod"'),
+             ({contract.A_PARTITION: "k8s"}, reasons.DENY_CLASS_FORBIDS_PARTITION,
+              'partition "hpc"'),
+             ({contract.A_PRIORITY: "0"}, reasons.DENY_CLASS_FORBIDS_NICE, "nice 50")]
     for ann, reason, gives in cases:
         out = await a.review(in_ns(review(with_class(marked_pod(**ann), "high")), "team-a"))
         r = out["response"]
@@ -121,7 +122,7 @@ async def test_mapped_values_must_pass_the_tenants_policy() -> None:
     a, s = admitter(READY)
     out = await a.review(in_ns(review(with_class(marked_pod(), "high")), "team-b"))
     r = out["response"]
-    assert r["status"]["reason"] == tenancy.QOS_NOT_ALLOWED
+    assert r["status"]["reason"] == reasons.DENY_QOS_NOT_ALLOWED
     assert r["status"]["message"] == ('slurmgate: namespace "team-b" may not use QOS "prod" '
                                       '(from PriorityClass "high"); allowed: normal')
     assert s.specs == []
@@ -150,4 +151,4 @@ async def test_binder_refuses_a_conflict_the_policy_now_forbids() -> None:
     act, slurm, events, _ = actions(READY)
     pod = with_class(pending_pod("team-a", **{contract.A_QOS: "batch"}), "high")
     assert await act.submit_pod(pod) is not None
-    assert slurm.specs == [] and events.sent[0][1] == priorities.FORBIDS_QOS
+    assert slurm.specs == [] and events.sent[0][1] == reasons.DENY_CLASS_FORBIDS_QOS

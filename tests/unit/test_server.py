@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmgate.certs import pki
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from slurmgate.webhook.server import MAX_BODY, CertReloader, TLSFiles, make_app, serve
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 

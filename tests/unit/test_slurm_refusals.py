@@ -15,10 +15,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.slurm import JobSpec, SlurmClient, SlurmError, SlurmRefused, SlurmUnavailable
 from slurmgate.slurm.transport import _garbled
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from tests.unit.fakes import marked_pod, node_map, review
 from tests.unit.test_tenancy_enforcement import READY, actions, pending_pod
 
@@ -194,7 +195,7 @@ async def test_admission_denies_a_refusal_in_slurms_words(token: Path, fail_open
             out = await a.review(review(marked_pod(**{contract.A_QOS: "normal"})))
     r = out["response"]
     assert r["allowed"] is False and "patch" not in r
-    assert r["status"]["reason"] == contract.EV_SUBMIT_REFUSED
+    assert r["status"]["reason"] == reasons.EV_SUBMIT_REFUSED
     msg = r["status"]["message"]
     assert msg.startswith("slurmgate: Slurm refused the placeholder job: "
                           "MaxJobCount limit reached (errno 2017)"), msg
@@ -218,7 +219,7 @@ async def test_binder_event_of_a_refused_submit_is_slurms_words() -> None:
     with pytest.raises(SlurmRefused):  # raised on: the controller retries as before
         await act.submit_pod(pending_pod("team-a"))
     ((_, reason, message, warning),) = events.sent
-    assert reason == contract.EV_SUBMIT_REFUSED and warning
+    assert reason == reasons.EV_SUBMIT_REFUSED and warning
     assert message == (f"Slurm refused the placeholder job: {INVALID_ACCOUNT} (errno 2045) "
                        "(account team-a, partition k8s, Slurm user team-a)")
     assert kube.patches == []  # no job id recorded: there is no job

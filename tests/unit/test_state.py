@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.binder import decide as state
 from slurmgate.slurm import (
     ENDED_STATES,
@@ -205,7 +205,7 @@ def test_bound_pod_condition_true_with_its_slurm_node() -> None:
 def test_submit_pending_pod_says_so_in_its_condition() -> None:
     d = decide(pod(A_JOB_ID="", A_JOB_STATE="SubmitPending"), None, W)
     assert d.action == state.SUBMIT
-    assert _cond(d)["reason"] == contract.COND_REASON_SUBMIT_PENDING
+    assert _cond(d)["reason"] == reasons.COND_REASON_SUBMIT_PENDING
 
 
 def test_no_condition_for_a_pod_being_evicted() -> None:
@@ -251,7 +251,7 @@ def test_a_bound_pod_whose_job_runs_elsewhere_is_evicted() -> None:
     p = pod(False, "kwok-n1", "Running", A_SLURM_NODE="n1")
     assert decide(p, job("RUNNING", ("n1",)), W).action != state.EVICT
     d = decide(p, job("RUNNING", ("n2",)), W)
-    assert d.action == state.EVICT and d.reason == contract.EV_NODE_MISMATCH
+    assert d.action == state.EVICT and d.reason == reasons.EV_NODE_MISMATCH
     assert "n2" in d.message and "n1" in d.message
     # a Pod bound before the Slurm node was recorded is left alone (nothing to compare)
     assert decide(pod(False, "kwok-n1", "Running"), job("RUNNING", ("n2",)), W).action \
@@ -282,7 +282,7 @@ def test_a_pod_whose_job_was_given_back_waits_for_a_new_one() -> None:
     given_back = pod(A_JOB_STATE=contract.JOB_STATE_GIVEN_BACK)
     for j in (job("CANCELLED"), job("COMPLETING", ("n2",)), job("RUNNING", ("n1",))):
         d = decide(given_back, j, W)
-        assert (d.action, d.reason) == (state.SUBMIT, contract.EV_JOB_SUBMITTED), j.state
+        assert (d.action, d.reason) == (state.SUBMIT, reasons.EV_JOB_SUBMITTED), j.state
     assert decide(pod(), job("CANCELLED"), W).action == state.EVICT
     # a newer job of the claim (the policy allowed it) is the Pod's own again
     newer = pod(A_JOB_ID="8", A_JOB_STATE="PENDING")

@@ -12,12 +12,13 @@ import json
 import jsonpatch
 import pytest
 
-from slurmgate import contract
+from slurmgate import contract, reasons
 from slurmgate.binder import decide as state
 from slurmgate.config import ConfigError
 from slurmgate.slurm import JobSpec, SlurmClient, SlurmError, SlurmUnavailable
 from slurmgate.webhook import admission, config, metrics
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from tests.unit.fakes import marked_pod, node_map, review
 
 
@@ -184,7 +185,7 @@ def test_binder_waits_for_the_handed_off_submit() -> None:
 
 def test_binder_submits_once_the_webhook_cannot_be_sending_it() -> None:
     d = decide(submitting_pod(age=W.handoff_grace + 1), None)
-    assert (d.action, d.reason) == (state.SUBMIT, contract.EV_JOB_SUBMITTED)
+    assert (d.action, d.reason) == (state.SUBMIT, reasons.EV_JOB_SUBMITTED)
 
 
 def test_a_clock_ahead_does_not_park_the_pod() -> None:

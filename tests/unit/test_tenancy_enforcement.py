@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from slurmgate import contract, tenancy
+from slurmgate import contract, reasons, tenancy
 from slurmgate.binder.actions import TENANCY_RETRY, Actions
 from slurmgate.binder.config import ReconcileSettings
 from slurmgate.binder.controller import Controller
 from slurmgate.binder.index import Request
 from slurmgate.slurm import JobInfo, JobSpec
 from slurmgate.tenancy import PolicyState
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from slurmgate.webhook.server import readiness
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 
@@ -182,7 +183,7 @@ async def test_binder_submits_as_the_tenants_user() -> None:
     assert await act.submit_pod(pending_pod("team-a")) is None
     (spec,) = slurm.specs
     assert (spec.user, spec.account, spec.partition) == ("team-a", "team-a", "k8s")
-    assert kube.patches and events.sent[-1][1] == contract.EV_JOB_SUBMITTED
+    assert kube.patches and events.sent[-1][1] == reasons.EV_JOB_SUBMITTED
 
 
 async def test_binder_never_takes_the_user_from_the_pod() -> None:
@@ -310,7 +311,7 @@ async def test_a_refused_resubmit_marks_the_pod_given_back() -> None:
                   comment="slurmgate claim=c1 pod=team-a/p", partition="k8s", submit_time=1,
                   start_time=1, end_time=0)
     d = decide.Decision(decide.RESUBMIT, members=(pod,), cancel=old, job=old,
-                        reason=contract.EV_NODE_CORDONED, message="cordoned")
+                        reason=reasons.EV_NODE_CORDONED, message="cordoned")
     req = Request("team-a", "p")
     await c.apply(req, decide.Unit.single(pod), d)
     assert act.cancelled.keys() == {7} and act.slurm.specs == []  # type: ignore[attr-defined]

@@ -13,7 +13,8 @@ from slurmgate import contract
 from slurmgate.kube import KubeError
 from slurmgate.slurm import JobInfo, SlurmUnavailable
 from slurmgate.webhook import metrics
-from slurmgate.webhook.admission import Admitter, Settings
+from slurmgate.webhook.admission import Admitter
+from slurmgate.webhook.config import Settings
 from slurmgate.webhook.orphans import GIVE_UP_AFTER, SETTLE, OrphanWatch
 from tests.unit.fakes import FakeSubmit, marked_pod, node_map, review
 
