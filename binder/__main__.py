@@ -12,16 +12,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slurmgate import logs
-from slurmgate.binder import config, metrics, push
-from slurmgate.binder.config import BinderConfig
-from slurmgate.binder.controller import Controller
-from slurmgate.binder.leader import LeaderElector, label_own_pod
 from slurmgate.config import ConfigError
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
 from slurmgate.tenancy import LOADING
 from slurmgate.tenancy_source import PolicySource
+
+from . import config, metrics, push
+from .config import BinderConfig
+from .controller import Controller
+from .leader import LeaderElector, label_own_pod
 
 log = logging.getLogger("slurmgate.binder")
 

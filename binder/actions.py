@@ -14,18 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract, faults, podrequest, priorities, reasons, tenancy
-from slurmgate.binder import displaced, metrics
-from slurmgate.binder.background import BackgroundWrites
-from slurmgate.binder.config import ReconcileSettings
-from slurmgate.binder.events import Recorder
-from slurmgate.binder.informer import Informer
-from slurmgate.binder.jobs import JobTracker
-from slurmgate.binder.podview import (
-    Pod,
-    allocated_condition,
-    is_gated,
-    key_of,
-)
 from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
 from slurmgate.logs import kv
 from slurmgate.preemption import evict_grace
@@ -40,6 +28,19 @@ from slurmgate.slurm import (
     SlurmUnavailable,
 )
 from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
+
+from . import displaced, metrics
+from .background import BackgroundWrites
+from .config import ReconcileSettings
+from .events import Recorder
+from .informer import Informer
+from .jobs import JobTracker
+from .podview import (
+    Pod,
+    allocated_condition,
+    is_gated,
+    key_of,
+)
 
 log = logging.getLogger("slurmgate.actions")
 # A Pod the tenancy policy refuses now is looked at again after this (the policy may change)

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from slurmgate.binder.podview import Condition, Pod, condition, key_of
 from slurmgate.kube import KubeClient, KubeError, now_time, pod_path
 from slurmgate.logs import kv
+
+from .podview import Condition, Pod, condition, key_of
 
 log = logging.getLogger("slurmgate.actions")  # its messages keep the logger they had
 PATIENCE = 2.0  # an Event or condition waits at most this long for binds to finish

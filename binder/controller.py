@@ -14,20 +14,21 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract, reasons, tenancy
-from slurmgate.binder import actions, decide, lostjobs, metrics
-from slurmgate.binder.actions import Actions
-from slurmgate.binder.config import ReconcileSettings
-from slurmgate.binder.decision import Decision, Unit, World
-from slurmgate.binder.events import Recorder
-from slurmgate.binder.index import Index, Request
-from slurmgate.binder.informer import Informer
-from slurmgate.binder.jobs import JobTracker
-from slurmgate.binder.nodesync import NodeSync
-from slurmgate.binder.podview import ann, claim_of, handoff_left, is_gated, key_of
-from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.kube import KubeClient
 from slurmgate.logs import kv
 from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
+
+from . import actions, decide, lostjobs, metrics
+from .actions import Actions
+from .config import ReconcileSettings
+from .decision import Decision, Unit, World
+from .events import Recorder
+from .index import Index, Request
+from .informer import Informer
+from .jobs import JobTracker
+from .nodesync import NodeSync
+from .podview import ann, claim_of, handoff_left, is_gated, key_of
+from .workqueue import WorkQueue
 
 log = logging.getLogger("slurmgate.binder")
 

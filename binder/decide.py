@@ -18,7 +18,15 @@ from __future__ import annotations
 import dataclasses
 
 from slurmgate import contract, reasons
-from slurmgate.binder.decision import (
+from slurmgate.slurm import (
+    ENDING_STATES,
+    LAUNCH_FAILED_STATES,
+    RUNNING,
+    WAITING_STATES,
+    JobInfo,
+)
+
+from .decision import (
     BIND,
     CANCEL,
     EVICT,
@@ -34,8 +42,8 @@ from slurmgate.binder.decision import (
     Unit,
     World,
 )
-from slurmgate.binder.ending import END_REASONS, end_message, end_reason, end_unclear
-from slurmgate.binder.podview import (
+from .ending import END_REASONS, end_message, end_reason, end_unclear
+from .podview import (
     Condition,
     NodeRef,
     Pod,
@@ -57,13 +65,6 @@ from slurmgate.binder.podview import (
     rank_key,
     stale_status,
     submitted_at,
-)
-from slurmgate.slurm import (
-    ENDING_STATES,
-    LAUNCH_FAILED_STATES,
-    RUNNING,
-    WAITING_STATES,
-    JobInfo,
 )
 
 # A job ending in one of these never ran its placeholder to the end for a reason of Slurm's

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from slurmgate import contract
-from slurmgate.binder.podview import Condition, NodeRef, Pod, claim_of, live, live_claim, size_of
 from slurmgate.slurm import JobInfo
+
+from .podview import Condition, NodeRef, Pod, claim_of, live, live_claim, size_of
 
 # The one set of actions (also the `action` label of the reconcile metric).
 NOTHING = "Nothing"

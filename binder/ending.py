@@ -4,8 +4,9 @@ job. One mapping for single Pods and gangs (decide.py uses it for both)."""
 from __future__ import annotations
 
 from slurmgate import reasons
-from slurmgate.binder.podview import Pod, bound
 from slurmgate.slurm import COMPLETING, JobInfo
+
+from .podview import Pod, bound
 
 # The Event reason that tells a user why Slurm took the Node back, by the job's end state.
 # PREEMPTED needs no entry: end_reason() asks JobInfo.preempted, which also covers a job still

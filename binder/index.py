@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract
-from slurmgate.binder.decision import Unit
-from slurmgate.binder.informer import Informer
-from slurmgate.binder.nodesync import node_view
-from slurmgate.binder.podview import NodeRef, Pod, ann
 from slurmgate.slurm import RELEASED_STATES, JobInfo
+
+from .decision import Unit
+from .informer import Informer
+from .nodesync import node_view
+from .podview import NodeRef, Pod, ann
 
 # how long the job of a deleted Pod is still asked about (a few polls, at the slowest)
 GONE_JOB_KEEP = 60.0

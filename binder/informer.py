@@ -8,9 +8,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from slurmgate.binder import metrics
 from slurmgate.kube import KubeClient, WatchExpired
 from slurmgate.logs import kv
+
+from . import metrics
 
 log = logging.getLogger("slurmgate.informer")
 

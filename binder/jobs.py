@@ -17,9 +17,6 @@ import time
 from collections.abc import Callable, Iterable
 
 from slurmgate import contract
-from slurmgate.binder import jobpoll, lostjobs, metrics
-from slurmgate.binder.displaced import RecentEnds
-from slurmgate.binder.jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 from slurmgate.logs import kv
 from slurmgate.slurm import (
     CONFIGURING,
@@ -32,6 +29,10 @@ from slurmgate.slurm import (
     SlurmClient,
     SlurmError,
 )
+
+from . import jobpoll, lostjobs, metrics
+from .displaced import RecentEnds
+from .jobpoll import SLOW_POLL, HookHealth, Schedule, poll_delay
 
 log = logging.getLogger("slurmgate.jobs")
 

@@ -27,10 +27,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from slurmgate import contract
-from slurmgate.binder import metrics
-from slurmgate.binder.jobpoll import Schedule
 from slurmgate.logs import kv
 from slurmgate.slurm import JobInfo, SlurmClient, accounting, placeholder
+
+from . import metrics
+from .jobpoll import Schedule
 
 log = logging.getLogger("slurmgate.jobs")
 

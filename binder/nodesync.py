@@ -8,12 +8,13 @@ import time
 from typing import Any, NamedTuple
 
 from slurmgate import contract, quantity, scontrol
-from slurmgate.binder import metrics
-from slurmgate.binder.informer import Informer
-from slurmgate.binder.workqueue import WorkQueue
 from slurmgate.logs import kv
 from slurmgate.podrequest import GPU_RESOURCES
 from slurmgate.slurm import NodeInfo, SlurmClient
+
+from . import metrics
+from .informer import Informer
+from .workqueue import WorkQueue
 
 log = logging.getLogger("slurmgate.nodesync")
 CACHE_SECONDS = 1.0

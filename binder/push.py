@@ -20,9 +20,10 @@ from pathlib import Path
 from aiohttp import web
 
 from slurmgate import hostlist
-from slurmgate.binder import metrics
-from slurmgate.binder.jobs import JobTracker
 from slurmgate.logs import kv
+
+from . import metrics
+from .jobs import JobTracker
 
 log = logging.getLogger("slurmgate.push")
 

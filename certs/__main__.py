@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from cryptography import x509
 
-from slurmgate.certs import pki
+from . import pki
 
 WEBHOOK_CONFIG_NAME = "slurmgate"
 WEBHOOK_NAME = "pods.slurmgate.io"

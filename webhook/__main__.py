@@ -16,12 +16,13 @@ from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
 from slurmgate.tenancy_source import PolicySource
-from slurmgate.webhook import config, metrics
-from slurmgate.webhook.admission import Admitter
-from slurmgate.webhook.config import WebhookConfig
-from slurmgate.webhook.lookup import OwnerLookup
-from slurmgate.webhook.orphans import OrphanWatch
-from slurmgate.webhook.server import (
+
+from . import config, metrics
+from .admission import Admitter
+from .config import WebhookConfig
+from .lookup import OwnerLookup
+from .orphans import OrphanWatch
+from .server import (
     CertReloader,
     TLSFiles,
     cancel,

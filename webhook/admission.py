@@ -12,24 +12,22 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slurmgate import contract, faults, groups, names, podrequest, priorities, reasons, tenancy
+from slurmgate import contract, faults, groups, podrequest, reasons, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
 from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
-from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
-from slurmgate.webhook import metrics
-from slurmgate.webhook.config import Settings
-from slurmgate.webhook.grace import check_grace
-from slurmgate.webhook.patch import gate_pod
-from slurmgate.webhook.validate import check_fit
+from slurmgate.slurm.placeholder import job_spec, refusal
+
+from . import decide, metrics
+from .config import Settings
+from .patch import gate_pod
 
 log = logging.getLogger("slurmgate.webhook")
 
 API_VERSION = "admission.k8s.io/v1"
 
 
-# A Pod copied from another may carry our status annotations: never trust them.
-STALE = contract.STATUS_ANNOTATIONS
+STALE = decide.STALE
 # A handed-off submit is dropped this long after it began, before the binder may submit itself
 HANDOFF_LIMIT = contract.SUBMIT_HANDOFF_GRACE - 5.0
 
@@ -144,111 +142,34 @@ class Admitter:
 
     async def _admit_marked(self, uid: str, req: dict[str, Any], pod: dict[str, Any],
                             meta: dict[str, Any]) -> dict[str, Any]:
-        namespace = req.get("namespace") or meta.get("namespace") or "default"
-        if not isinstance(namespace, str):
-            return self._deny(uid, reasons.DENY_INVALID_OBJECT, "namespace must be a string")
-        name = meta.get("name") or ""
-        gen = meta.get("generateName") or ""
-        if not isinstance(name, str) or not isinstance(gen, str):
-            return self._deny(uid, reasons.DENY_INVALID_OBJECT, "metadata.name must be a string")
-        # the apiserver validates names after admission; ours go into the job's name
-        if not all(names.DNS_SUBDOMAIN.fullmatch(n) for n in (name, gen.rstrip("-")) if n):
-            return self._deny(uid, reasons.DENY_INVALID_OBJECT,
-                              "metadata.name/generateName must be a DNS subdomain (lower case "
-                              "letters, digits, '-', '.')")
-        pod_orig = pod
-        spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
-        if spec.get("nodeName"):
-            return self._deny(uid, reasons.DENY_NODE_NAME_SET,
-                              "spec.nodeName is set: Slurm chooses the Node for this Pod; "
-                              "remove spec.nodeName or the slurmgate.io/scheduler label")
+        who = decide.identify(req, pod, meta)
+        if isinstance(who, decide.Denial):
+            return self._deny(uid, who.reason, who.message)
         try:
-            resolved = await groups.resolve(pod, namespace, self._lookup)
+            resolved = await groups.resolve(pod, who.namespace, self._lookup)
         except podrequest.PodRequestError as e:
             return self._deny(uid, e.reason, str(e))
         except Exception as e:  # the API is unreachable: say so rather than guess
             return self._deny(uid, reasons.DENY_OWNER_LOOKUP_FAILED,
                               f"could not read the Pod's owning workload: {e}")
-        extra = {k: v for k, v in resolved.owner_options.items()
-                 if k not in (meta.get("annotations") or {})}
-        if extra:  # options from the owning Job/JobSet/LWS, validated like the Pod's own
-            pod = {**pod, "metadata": {**meta, "annotations": {
-                **(meta.get("annotations") or {}), **extra}}}
-        try:
-            r = podrequest.from_pod(pod, self.settings.default_memory,
-                                    self.settings.default_partition)
-        except podrequest.PodRequestError as e:
-            return self._deny(uid, e.reason, str(e))
-        # Before the fit check (it sees the tenant's partition) and for gang members too,
-        # whose job the binder submits later: a forbidden gang is refused up front.
-        try:  # the Pod's PriorityClass too (slurmgate.priorities), before the tenant's check
-            r = tenancy.check(self._policy(), namespace, r, *priorities.of_pod(pod))
-        except tenancy.TenancyDenied as e:
-            return self._deny(uid, e.reason, e.message)
-        nodes = self._nodemap()
-        warnings: list[str] = []
-        grace: int | None = None  # the Pod's terminationGracePeriodSeconds, when lowered
-        if nodes is None:
-            if not self.settings.fail_open:
-                return self._deny(uid, reasons.DENY_INVENTORY_UNAVAILABLE,
-                                  "the Slurm node inventory is not loaded (Slurm unreachable "
-                                  "since this webhook started?); retry shortly")
-            warnings.append("Slurm's node inventory is not loaded: the Pod is admitted gated "
-                            "without the fit check; its job is submitted when Slurm answers")
-        else:
-            verdict = check_fit(r, nodes)
-            if not verdict.allowed:
-                return self._deny(uid, verdict.reason, verdict.message, verdict.warnings)
-            warnings += verdict.warnings
-            held = check_grace(r, nodes, self.settings.long_grace)
-            if not held.allowed:
-                return self._deny(uid, held.reason, held.message, tuple(warnings))
-            if held.warning:
-                warnings.append(held.warning)
-            if held.clamp_to is not None:
-                grace = held.clamp_to
-                # with the owner's options, so every path below writes it
-                extra[contract.A_REQUESTED_GRACE] = str(r.termination_grace_seconds)
-        sched = spec.get("schedulerName")
-        if sched and sched not in ("default-scheduler", contract.SCHEDULER_NAME):
-            warnings.append(f"spec.schedulerName {sched!r} replaced by "
-                            f"{contract.SCHEDULER_NAME!r}: Slurm places this Pod")
+        d = decide.admit(pod, who, resolved, self.settings, self._policy(), self._nodemap(),
+                         uuid.uuid4().hex, dry_run=bool(req.get("dryRun")))
+        if isinstance(d, decide.Denial):
+            return self._deny(uid, d.reason, d.message, d.warnings)
+        if d.kind != decide.SUBMIT:
+            metrics.DECISIONS.labels(d.kind).inc()
+            return _response(uid, True, patch=gate_pod(pod, d.annotations, d.drop, grace=d.grace),
+                             warnings=d.warnings)
+        return await self._submit_then_gate(uid, pod, who, d)
 
-        group = resolved.group
-        if group is not None:
-            fitting = [c for c in nodes.in_partition(r.partition)
-                       if c.memory_mib >= r.memory_mib and c.cpus >= r.cpus] if nodes else []
-            if nodes is not None and group.size > len(fitting):
-                return self._deny(uid, reasons.DENY_GROUP_TOO_LARGE,
-                                  f"group {group.name!r} needs {group.size} Nodes at once; "
-                                  f"partition {r.partition or nodes.default_partition!r} has "
-                                  f"{len(fitting)} that fit one member")
-            # A gang's job is submitted by the binder once every member is there.
-            annotations = {**extra, contract.A_GROUP: group.name,
-                           contract.A_GROUP_SIZE: str(group.size),
-                           contract.A_JOB_STATE: contract.JOB_STATE_GROUP_PENDING}
-            if group.index is not None:
-                annotations[contract.A_GROUP_INDEX] = str(group.index)
-            metrics.DECISIONS.labels("gated_group").inc()
-            patch = gate_pod(pod_orig, annotations, (*STALE, contract.A_CLAIM), grace=grace)
-            return _response(uid, True, patch=patch, warnings=tuple(warnings))
-
-        claim = uuid.uuid4().hex
-        display = pod_display_name(meta)
-        annotations = {**extra, contract.A_CLAIM: claim}
-        if req.get("dryRun"):
-            metrics.DECISIONS.labels("dry_run").inc()
-            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_DRY_RUN
-            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE,
-                                                       grace=grace),
-                             warnings=tuple(warnings))
-        if nodes is None:  # fail-open without an inventory: never submit unvalidated
-            annotations[contract.A_JOB_STATE] = contract.JOB_STATE_SUBMIT_PENDING
-            metrics.DECISIONS.labels("gated_submit_pending").inc()
-            return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE),
-                             warnings=tuple(warnings))
-        job = job_spec(r, claim, namespace, display)
-        pod_ref = f"{namespace}/{display}"
+    async def _submit_then_gate(self, uid: str, pod: dict[str, Any], who: decide.Identity,
+                                d: decide.Admit) -> dict[str, Any]:
+        """Submit the placeholder job within the settings' time, then gate the Pod with its id;
+        or hand the submit off, or gate it for the binder, or deny (see the callees)."""
+        assert d.claim is not None
+        claim, annotations, warnings = d.claim, dict(d.annotations), list(d.warnings)
+        job = job_spec(d.request, claim, who.namespace, who.display)
+        pod_ref = f"{who.namespace}/{who.display}"
         submit = asyncio.ensure_future(self._timed_submit(job, pod_ref))
         self.in_flight.add(submit)
         submit.add_done_callback(self.in_flight.discard)
@@ -260,28 +181,29 @@ class Admitter:
             if not submit.done():
                 # the binder submits after SUBMIT_HANDOFF_GRACE: this one must be over by then
                 asyncio.get_running_loop().call_later(HANDOFF_LIMIT - budget, submit.cancel)
-                return self._hand_off(uid, submit, pod_orig, annotations, namespace, pod_ref,
-                                      warnings, grace)
+                return self._hand_off(uid, submit, pod, annotations, who.namespace, pod_ref,
+                                      warnings, d.grace)
         await asyncio.wait((submit,), timeout=within)
         if not submit.done():
-            return self._unanswered(uid, submit, job, pod_orig, annotations, namespace, pod_ref,
-                                    warnings, grace)
+            return self._unanswered(uid, submit, job, pod, annotations, who.namespace, pod_ref,
+                                    warnings, d.grace)
         try:
             job_id = submit.result()
         except SlurmError as e:
-            return self._submit_failed(uid, e, job, pod_orig, annotations, warnings, grace)
+            return self._submit_failed(uid, e, job, pod, annotations, warnings, d.grace)
         faults.point("webhook_after_submit")
         annotations[contract.A_JOB_ID] = str(job_id)
         annotations[contract.A_JOB_STATE] = PENDING
         annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
         metrics.DECISIONS.labels("gated").inc()
-        self._on_submitted(namespace, claim, job_id)
+        self._on_submitted(who.namespace, claim, job_id)
+        r = d.request
         log.info("placeholder job submitted",
                  extra=kv(pod=pod_ref, job=job_id, claim=claim,
                           memory_mib=r.memory_mib, cpus=r.cpus, partition=r.partition,
                           user=r.user, account=r.account, qos=r.qos, nice=r.nice))
-        return _response(uid, True, patch=gate_pod(pod_orig, annotations, STALE,
-                                                   {contract.CLAIM_LABEL: claim}, grace),
+        return _response(uid, True, patch=gate_pod(pod, annotations, STALE,
+                                                   {contract.CLAIM_LABEL: claim}, d.grace),
                          warnings=tuple(warnings))
 
     def _submit_failed(self, uid: str, e: SlurmError, job: JobSpec, pod: dict[str, Any],

@@ -17,8 +17,9 @@ from slurmgate.config import (
     env_optional,
     tenancy_configmap,
 )
-from slurmgate.webhook import grace
-from slurmgate.webhook.grace import LongGrace
+
+from . import grace
+from .grace import LongGrace
 
 
 @dataclass(frozen=True)

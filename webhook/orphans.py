@@ -22,7 +22,8 @@ from slurmgate import contract
 from slurmgate.kube import KubeClient, KubeError
 from slurmgate.logs import kv
 from slurmgate.slurm import JobInfo, SlurmError
-from slurmgate.webhook import metrics
+
+from . import metrics
 
 log = logging.getLogger("slurmgate.webhook.orphans")
 

@@ -18,8 +18,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slurmgate import tenancy
 from slurmgate.logs import kv
-from slurmgate.webhook import metrics
-from slurmgate.webhook.admission import Admitter, BadReview
+
+from . import metrics
+from .admission import Admitter, BadReview
 
 log = logging.getLogger("slurmgate.webhook")
 

@@ -745,16 +745,16 @@ def test_containerfile_runtime_stage() -> None:
     assert "PYTHONDONTWRITEBYTECODE=1" in env
 
 
-def test_containerfile_installs_the_package_with_its_symlinked_processes() -> None:
+def test_containerfile_installs_the_package_with_its_mapped_processes() -> None:
     """pyproject.toml is installed from the checkout (no editable install); the process folders
-    that slurmgate/ links to are copied too, or the links would dangle."""
+    it maps into the slurmgate package (package-dir) are copied too, or the install lacks them."""
     (_, builder, *_) = _containerfile()
     assert _from(builder)[1] == "builder"
     copied = {a.split()[0].rstrip("/") for i, a in builder if i == "COPY"}
-    linked = {p.readlink().as_posix().removeprefix("../")
-              for p in (ROOT / "slurmgate").iterdir() if p.is_symlink()}
-    assert linked == {"webhook", "binder", "certs"}
-    assert {"pyproject.toml", "slurmgate", *linked} <= copied
+    mapped = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"].values())
+    assert mapped == {"webhook", "binder", "certs"}
+    assert {"pyproject.toml", "slurmgate", *mapped} <= copied
     runs = " ".join(a for i, a in builder if i == "RUN")
     assert "pip install ." in runs and "-e " not in runs and "--editable" not in runs
 
