@@ -19,7 +19,6 @@ from slurmgate.logs import kv
 from slurmgate.preemption import evict_grace
 from slurmgate.slurm import (
     ENDING_STATES,
-    PENDING,
     JobInfo,
     JobSpec,
     SlurmClient,
@@ -27,7 +26,7 @@ from slurmgate.slurm import (
     SlurmRefused,
     SlurmUnavailable,
 )
-from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal
+from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal, submitted_status
 
 from . import displaced, metrics
 from .background import BackgroundWrites
@@ -153,10 +152,7 @@ class Actions:
             await self.events.emit(pod, *_submit_event(e, spec), warning=True)
             raise
         self._remember_submit(claim, job_id)
-        await self.set_status(pod, {contract.A_JOB_ID: str(job_id),
-                                    contract.A_JOB_STATE: PENDING,
-                                    contract.A_JOB_REASON: "",
-                                    contract.A_SUBMITTED_AT: str(int(time.time()))})
+        await self.set_status(pod, submitted_status(job_id, time.time()))
         self.jobs.kick()
         await self.events.emit(pod, reasons.EV_JOB_SUBMITTED,
                                f"submitted placeholder job {job_id}"
@@ -219,11 +215,9 @@ class Actions:
                                        for p in members))
                 raise
         self._remember_submit(claim, job_id)  # before the members' claims reach the watch
-        now = str(int(time.time()))
-        await asyncio.gather(*(self.set_status(p, {
-            contract.A_CLAIM: claim, contract.A_JOB_ID: str(job_id),
-            contract.A_JOB_STATE: PENDING, contract.A_SUBMITTED_AT: now,
-            contract.A_GROUP_INDEX: str(rank)}) for rank, p in enumerate(members)))
+        now = time.time()
+        await asyncio.gather(*(self.set_status(p, submitted_status(job_id, now, claim, rank))
+                               for rank, p in enumerate(members)))
         self.jobs.kick()
         await asyncio.gather(*(self.events.emit(
             p, reasons.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "

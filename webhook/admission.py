@@ -15,8 +15,8 @@ from typing import Any
 from slurmgate import contract, faults, groups, podrequest, reasons, tenancy
 from slurmgate.logs import kv
 from slurmgate.nodemap import NodeMap
-from slurmgate.slurm import PENDING, JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
-from slurmgate.slurm.placeholder import job_spec, refusal
+from slurmgate.slurm import JobSpec, SlurmError, SlurmRefused, SlurmUnavailable
+from slurmgate.slurm.placeholder import job_spec, refusal, submitted_status
 
 from . import decide, metrics
 from .config import Settings
@@ -192,9 +192,7 @@ class Admitter:
         except SlurmError as e:
             return self._submit_failed(uid, e, job, pod, annotations, warnings, d.grace)
         faults.point("webhook_after_submit")
-        annotations[contract.A_JOB_ID] = str(job_id)
-        annotations[contract.A_JOB_STATE] = PENDING
-        annotations[contract.A_SUBMITTED_AT] = str(int(time.time()))
+        annotations.update(submitted_status(job_id, time.time()))
         metrics.DECISIONS.labels("gated").inc()
         self._on_submitted(who.namespace, claim, job_id)
         r = d.request

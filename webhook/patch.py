@@ -26,13 +26,14 @@ def gate_pod(pod: dict[str, Any], annotations: dict[str, str],
     have = meta.get("annotations")
     if not isinstance(have, dict):
         ops.append({"op": "add", "path": "/metadata/annotations",
-                    "value": {k: v for k, v in annotations.items()}})
+                    "value": {k: v for k, v in annotations.items() if v}})
     else:
         for key in drop:
             if key in have and key not in annotations:
                 ops.append({"op": "remove", "path": f"/metadata/annotations/{pointer_escape(key)}"})
         for key, value in annotations.items():
-            if have.get(key) != value:
+            # "" is how our status says "none": not written where the Pod has no such key
+            if have.get(key) != value and (value or key in have):
                 ops.append({"op": "add", "path": f"/metadata/annotations/{pointer_escape(key)}",
                             "value": value})
     if labels:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from slurmgate import contract
 from slurmgate.podrequest import PodRequest
-from slurmgate.slurm.models import JobSpec, SlurmRefused
+from slurmgate.slurm.models import PENDING, JobSpec, SlurmRefused
 
 # The placeholder holds the allocation for a Pod. It ignores SIGTERM (and its `sleep` child
 # inherits the ignored disposition), so on preemption it survives Slurm's SIGTERM through
@@ -52,6 +52,21 @@ def job_spec(r: PodRequest, claim: str, namespace: str, display: str) -> JobSpec
         time_limit_minutes=r.time_limit_minutes, constraint=r.constraint, nice=r.nice,
         user=r.user,
     )
+
+
+def submitted_status(job_id: int, at: float, claim: str | None = None,
+                     rank: int | None = None) -> dict[str, str]:
+    """The annotations a Pod carries once its placeholder job is submitted, whoever submitted
+    it (the webhook at admission, the binder for a gang or a new job): the one place they are
+    written, so every path says the same. `claim` and `rank`: a gang's, which the binder gives
+    at its submit (a single Pod's claim is the webhook's, written at admission)."""
+    status = {contract.A_JOB_ID: str(job_id), contract.A_JOB_STATE: PENDING,
+              contract.A_JOB_REASON: "", contract.A_SUBMITTED_AT: str(int(at))}
+    if claim is not None:
+        status[contract.A_CLAIM] = claim
+    if rank is not None:
+        status[contract.A_GROUP_INDEX] = str(rank)
+    return status
 
 
 def refusal(e: SlurmRefused, spec: JobSpec) -> str:
