@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -55,7 +56,19 @@ def health_app(binder: Controller, elector: LeaderElector, push_token: bytes | N
     return app
 
 
-async def run(cfg: BinderConfig) -> int:
+@dataclass(frozen=True)
+class _Parts:
+    """The process's long-lived objects, built once by `_assemble` and closed at exit."""
+
+    slurm: SlurmClient
+    kube: KubeClient
+    lease_kube: KubeClient
+    policy: PolicySource
+    binder: Controller
+    elector: LeaderElector
+
+
+def _assemble(cfg: BinderConfig) -> _Parts:
     s, lease = cfg.slurm, cfg.lease
     slurm = SlurmClient(s.url, s.token_file, s.user, json_offload_bytes=s.json_offload_bytes,
                         metrics=metrics.SLURMRESTD)
@@ -74,45 +87,54 @@ async def run(cfg: BinderConfig) -> int:
     # a leader frozen past its Lease (SIGSTOP, a paused VM) and resumed must not write with its
     # stale view before keep() notices: every write to Kubernetes or Slurm asks the Lease first
     kube.write_guard = slurm.write_guard = elector.fence
-    try:
-        token = push.read_token(cfg.push_token_file) if cfg.push_token_file else None
-    except (OSError, ValueError) as e:
-        log.error("cannot read the push token (SLURM_PUSH_TOKEN_FILE)", extra=kv(error=str(e)))
-        return 2
-    runner = web.AppRunner(health_app(binder, elector, token, policy), access_log=None)
+    return _Parts(slurm, kube, lease_kube, policy, binder, elector)
+
+
+async def _serve_health(cfg: BinderConfig, p: _Parts, token: bytes | None) -> web.AppRunner:
+    runner = web.AppRunner(health_app(p.binder, p.elector, token, p.policy), access_log=None)
     await runner.setup()
     host, _, port = cfg.health_listen.rpartition(":")
     await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
+    return runner
 
+
+def _stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
 
-    async def lead() -> None:
-        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=False)
-        await elector.acquire()
-        metrics.LEADER.set(1)
-        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=True)
-        work = asyncio.create_task(binder.run())
-        keep = asyncio.create_task(elector.keep())
-        # only the leader binds; a standby's pool may close
-        warm = asyncio.create_task(kube.keep_warm(cfg.reconcile.warm_connections)) \
-            if cfg.reconcile.warm_connections > 0 else None
-        done, _ = await asyncio.wait({work, keep}, return_when=asyncio.FIRST_COMPLETED)
-        work.cancel()
-        keep.cancel()
-        if warm is not None:
-            warm.cancel()
-        for t in done:
-            if t.exception():
-                raise t.exception()  # type: ignore[misc]
 
-    log.info("binder starting", extra=kv(identity=elector.identity, slurmrestd=s.url,
+async def _lead(cfg: BinderConfig, p: _Parts) -> None:
+    """Wait to lead, then reconcile until the work or the Lease keeper ends."""
+    lease = cfg.lease
+    await label_own_pod(p.lease_kube, lease.pod_namespace, lease.identity, leading=False)
+    await p.elector.acquire()
+    metrics.LEADER.set(1)
+    await label_own_pod(p.lease_kube, lease.pod_namespace, lease.identity, leading=True)
+    work = asyncio.create_task(p.binder.run())
+    keep = asyncio.create_task(p.elector.keep())
+    # only the leader binds; a standby's pool may close
+    warm = asyncio.create_task(p.kube.keep_warm(cfg.reconcile.warm_connections)) \
+        if cfg.reconcile.warm_connections > 0 else None
+    done, _ = await asyncio.wait({work, keep}, return_when=asyncio.FIRST_COMPLETED)
+    work.cancel()
+    keep.cancel()
+    if warm is not None:
+        warm.cancel()
+    for t in done:
+        if t.exception():
+            raise t.exception()  # type: ignore[misc]
+
+
+async def _lead_until_stopped(cfg: BinderConfig, p: _Parts, stop: asyncio.Event) -> int:
+    """The exit code: 0 when asked to stop, 1 when leading ended by itself."""
+    log.info("binder starting", extra=kv(identity=p.elector.identity, slurmrestd=cfg.slurm.url,
                                          tenancy=str(cfg.tenancy_configmap or "off")))
     # standbys keep the policy current too: a new leader submits at once
-    watching = asyncio.create_task(policy.run())
-    leading = asyncio.create_task(lead())
+    watching = asyncio.create_task(p.policy.run())
+    leading = asyncio.create_task(_lead(cfg, p))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
@@ -122,14 +144,32 @@ async def run(cfg: BinderConfig) -> int:
     leading.cancel()
     stopping.cancel()
     watching.cancel()
-    if elector.is_leader or code:
+    return code
+
+
+async def _shut_down(cfg: BinderConfig, p: _Parts, runner: web.AppRunner, code: int) -> None:
+    if p.elector.is_leader or code:
         # the push Service must stop sending here before the next leader labels its Pod
-        await label_own_pod(lease_kube, lease.pod_namespace, lease.identity, leading=False)
+        await label_own_pod(p.lease_kube, cfg.lease.pod_namespace, cfg.lease.identity,
+                            leading=False)
     metrics.LEADER.set(0)
     await runner.cleanup()
-    await slurm.close()
-    await kube.close()
-    await lease_kube.close()
+    await p.slurm.close()
+    await p.kube.close()
+    await p.lease_kube.close()
+
+
+async def run(cfg: BinderConfig) -> int:
+    p = _assemble(cfg)
+    try:
+        token = push.read_token(cfg.push_token_file) if cfg.push_token_file else None
+    except (OSError, ValueError) as e:
+        log.error("cannot read the push token (SLURM_PUSH_TOKEN_FILE)", extra=kv(error=str(e)))
+        return 2
+    runner = await _serve_health(cfg, p, token)
+    stop = _stop_on_signals()
+    code = await _lead_until_stopped(cfg, p, stop)
+    await _shut_down(cfg, p, runner, code)
     return code
 
 

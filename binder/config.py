@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurmgate.config import (
     ConfigError,
@@ -81,33 +81,53 @@ class BinderConfig:
     tenancy_configmap: ObjectRef | None = None
 
 
-def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
-    """Parse `env` and the command line (flags win over the variables that default them).
-
-    Raises ConfigError naming the variable for a bad value; argparse exits on a bad flag.
-    Every variable is checked, even one a flag overrides, as it always was.
-    """
-    d, r, le = BinderConfig(), ReconcileSettings(), LeaseSettings()
-    slurm = SlurmSettings.from_env(env)
-    lease_seconds = env_int(env, "LEASE_DURATION_SECONDS", le.seconds)
-    workers = env_int(env, "BINDER_WORKERS", r.workers)
-    warm = env_int(env, "BINDER_WARM_CONNECTIONS", r.warm_connections)
+def _warm_connections(env: Env) -> int:
+    warm = env_int(env, "BINDER_WARM_CONNECTIONS", ReconcileSettings.warm_connections)
     if warm < 0:
         raise ConfigError(f"BINDER_WARM_CONNECTIONS={warm} is negative (0 turns it off)")
-    orphan_grace = env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace)
-    evict_grace = env_float(env, "BINDER_EVICT_GRACE", r.evict_grace)
-    kill_wait = env_float(env, "SLURM_KILL_WAIT", r.kill_wait)
+    return warm
+
+
+def _kill_wait(env: Env) -> float:
+    kill_wait = env_float(env, "SLURM_KILL_WAIT", ReconcileSettings.kill_wait)
     if not 0 <= kill_wait <= 65533:  # Slurm's own bounds; also refuses nan
         raise ConfigError(f"SLURM_KILL_WAIT={kill_wait} must be slurm.conf's KillWait, in "
                           "seconds (0 to 65533)")
-    group_timeout = env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout)
-    gpu_grace = env_float(env, "BINDER_GPU_GRACE", r.gpu_grace)
-    full_list = env_float(env, "BINDER_FULL_LIST_INTERVAL", r.full_list_interval)
+    return kill_wait
+
+
+def _full_list_interval(env: Env) -> float:
+    full_list = env_float(env, "BINDER_FULL_LIST_INTERVAL", ReconcileSettings.full_list_interval)
     if full_list < 1:
         raise ConfigError(f"BINDER_FULL_LIST_INTERVAL={full_list} is under 1 s: every poll "
                           "would read the site's whole job list")
-    tenancy = tenancy_configmap(env)
+    return full_list
 
+
+def _reconcile_from_env(env: Env) -> ReconcileSettings:
+    """The reconcilers' settings as the environment gives them (BINDER_WORKERS before --workers).
+
+    Keyword arguments are evaluated in the order written, which is the order of the checks:
+    with two bad variables, the first one here is the one the error names.
+    """
+    r = ReconcileSettings()
+    return ReconcileSettings(
+        workers=env_int(env, "BINDER_WORKERS", r.workers),
+        warm_connections=_warm_connections(env),
+        orphan_grace=env_float(env, "BINDER_ORPHAN_GRACE", r.orphan_grace),
+        evict_grace=env_float(env, "BINDER_EVICT_GRACE", r.evict_grace),
+        kill_wait=_kill_wait(env),
+        group_timeout=env_float(env, "BINDER_GROUP_TIMEOUT", r.group_timeout),
+        gpu_grace=env_float(env, "BINDER_GPU_GRACE", r.gpu_grace),
+        full_list_interval=_full_list_interval(env),
+        default_memory=env_optional(env, "DEFAULT_MEMORY"),
+        default_partition=env_optional(env, "DEFAULT_PARTITION"),
+    )
+
+
+def _parse_flags(argv: Sequence[str] | None, env: Env, lease_seconds: int,
+                 workers: int) -> argparse.Namespace:
+    d, le = BinderConfig(), LeaseSettings()
     ap = argparse.ArgumentParser(prog="slurmgate-binder")
     ap.add_argument("--health-listen", default=env.get("BINDER_HEALTH_LISTEN", d.health_listen))
     ap.add_argument("--kubeconfig", default=env.get("KUBECONFIG"))
@@ -117,22 +137,23 @@ def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
                     help="leader Lease duration; renewed every third of it")
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--log-level", default=env.get("LOG_LEVEL", d.log_level))
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def load(argv: Sequence[str] | None, env: Env) -> BinderConfig:
+    """Parse `env` and the command line (flags win over the variables that default them).
+
+    Raises ConfigError naming the variable for a bad value; argparse exits on a bad flag.
+    Every variable is checked, even one a flag overrides, as it always was.
+    """
+    slurm = SlurmSettings.from_env(env)
+    lease_seconds = env_int(env, "LEASE_DURATION_SECONDS", LeaseSettings.seconds)
+    reconcile = _reconcile_from_env(env)
+    tenancy = tenancy_configmap(env)
+    a = _parse_flags(argv, env, lease_seconds, reconcile.workers)
     return BinderConfig(
         slurm=slurm,
-        reconcile=ReconcileSettings(
-            workers=a.workers,
-            warm_connections=warm,
-            default_memory=env_optional(env, "DEFAULT_MEMORY"),
-            default_partition=env_optional(env, "DEFAULT_PARTITION"),
-            orphan_grace=orphan_grace,
-            evict_grace=evict_grace,
-            kill_wait=kill_wait,
-            group_timeout=group_timeout,
-            gpu_grace=gpu_grace,
-            full_list_interval=full_list,
-        ),
+        reconcile=replace(reconcile, workers=a.workers),
         lease=LeaseSettings(
             namespace=a.lease_namespace,
             name=a.lease_name,

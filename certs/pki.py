@@ -26,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
 KeyType = Literal["ec", "rsa"]
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Back-date notBefore a little so that small clock skew between hosts does not reject a
 # certificate that was just issued.
@@ -122,19 +123,10 @@ def make_cert(
         raise ValueError("a certificate must be for server and/or client use")
     if days <= 0:
         raise ValueError("days must be positive")
-    dns = list(dict.fromkeys(dns_names))
-    ips = [ipaddress.ip_address(ip) for ip in dict.fromkeys(ip_addresses)]
-    if server and not (dns or ips):
-        raise ValueError("a serving certificate needs at least one DNS name or IP address SAN")
+    dns, ips = _leaf_sans(dns_names, ip_addresses, server)
     if key is None:
         key = make_key(key_type)
     now = _now()
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    usages = []
-    if server:
-        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-    if client:
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name, organizations))
@@ -142,35 +134,65 @@ def make_cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                # RSA key exchange needs keyEncipherment; it is meaningless for ECDSA keys.
-                key_encipherment=isinstance(key, rsa.RSAPrivateKey),
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
+        .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
     )
+    for extension, critical in _leaf_extensions(key, ca_key, server, client, dns, ips):
+        builder = builder.add_extension(extension, critical=critical)
+    return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def _leaf_sans(
+    dns_names: Iterable[str], ip_addresses: Iterable[str], server: bool
+) -> tuple[list[str], list[_IP]]:
+    """The SANs, each once; raises ValueError for a bad IP or a serving cert without a SAN."""
+    dns = list(dict.fromkeys(dns_names))
+    ips = [ipaddress.ip_address(ip) for ip in dict.fromkeys(ip_addresses)]
+    if server and not (dns or ips):
+        raise ValueError("a serving certificate needs at least one DNS name or IP address SAN")
+    return dns, ips
+
+
+def _leaf_key_usage(key: PrivateKey) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        # RSA key exchange needs keyEncipherment; it is meaningless for ECDSA keys.
+        key_encipherment=isinstance(key, rsa.RSAPrivateKey),
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=False,
+        crl_sign=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _leaf_extensions(
+    key: PrivateKey,
+    ca_key: PrivateKey,
+    server: bool,
+    client: bool,
+    dns: list[str],
+    ips: list[_IP],
+) -> list[tuple[x509.ExtensionType, bool]]:
+    """(extension, critical) pairs of a leaf certificate, in the order they are written."""
+    usages = []
+    if server:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    if client:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+    extensions: list[tuple[x509.ExtensionType, bool]] = [
+        (x509.BasicConstraints(ca=False, path_length=None), True),
+        (_leaf_key_usage(key), True),
+        (x509.ExtendedKeyUsage(usages), False),
+        (x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False),
+        (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False),
+    ]
     if dns or ips:
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
         sans += [x509.IPAddress(ip) for ip in ips]
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return key, builder.sign(ca_key, hashes.SHA256())
+        extensions.append((x509.SubjectAlternativeName(sans), False))
+    return extensions
 
 
 # --- files -------------------------------------------------------------------------------

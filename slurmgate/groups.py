@@ -16,7 +16,7 @@ from slurmgate import contract, reasons
 from slurmgate.podrequest import PodRequestError
 
 MAX_GROUP = 512
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")  # fullmatch: no trailing newline
 
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
@@ -68,6 +68,104 @@ def _owner(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def _check_group_numbers(ann: dict[str, Any]) -> None:
+    # Checked whatever the gang's source, so a bad number is refused even where it is unused.
+    for key, hi in ((contract.A_GROUP_SIZE, MAX_GROUP), (contract.A_GROUP_INDEX, MAX_GROUP - 1)):
+        if key in ann:
+            _int(ann[key], f"metadata.annotations[{key}]", 0 if key == contract.A_GROUP_INDEX
+                 else 1, hi)
+
+
+def _index_annotation(ann: dict[str, Any], size: int) -> int | None:
+    if contract.A_GROUP_INDEX not in ann:
+        return None
+    return _int(ann[contract.A_GROUP_INDEX], f"metadata.annotations[{contract.A_GROUP_INDEX}]",
+                0, size - 1)
+
+
+def _annotated(ann: dict[str, Any]) -> Group:
+    name = ann[contract.A_GROUP]
+    field = f"metadata.annotations[{contract.A_GROUP}]"
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise PodRequestError(field, "must be a DNS label (lower case, digits, '-', '.')",
+                              reasons.DENY_INVALID_GROUP)
+    if contract.A_GROUP_SIZE not in ann:
+        raise PodRequestError(f"metadata.annotations[{contract.A_GROUP_SIZE}]",
+                              "is required with slurmgate.io/group", reasons.DENY_INVALID_GROUP)
+    size = _int(ann[contract.A_GROUP_SIZE],
+                f"metadata.annotations[{contract.A_GROUP_SIZE}]", 1, MAX_GROUP)
+    return Group(name, size, _index_annotation(ann, size), "annotation")
+
+
+async def _leaderworkerset(labels: dict[str, Any], ann: dict[str, Any], ns: str,
+                           get: Get) -> tuple[Group, dict[str, Any] | None]:
+    """The LeaderWorkerSet group and the LeaderWorkerSet (None if gone: its size is on the Pod)."""
+    lws = await get(f"/apis/leaderworkerset.x-k8s.io/v1{ns}/leaderworkersets/"
+                    f"{labels[LWS_NAME]}")
+    size = _int(ann.get(LWS_SIZE, ""), f"metadata.annotations[{LWS_SIZE}]", 1, MAX_GROUP)
+    index = _int(labels.get(LWS_WORKER_INDEX, "0"),
+                 f"metadata.labels[{LWS_WORKER_INDEX}]", 0, size - 1)
+    return Group(f"lws-{labels[LWS_NAME]}-{labels[LWS_GROUP_INDEX]}", size, index,
+                 "leaderworkerset"), lws
+
+
+async def _jobset(labels: dict[str, Any], ann: dict[str, Any], ns: str,
+                  get: Get) -> tuple[Group, dict[str, Any]]:
+    """The whole JobSet is one gang: its size is every replicated job's Pods together."""
+    js = await get(f"/apis/jobset.x-k8s.io/v1alpha2{ns}/jobsets/{labels[JOBSET_NAME]}")
+    if js is None:
+        raise PodRequestError(f"metadata.labels[{JOBSET_NAME}]",
+                              f"JobSet {labels[JOBSET_NAME]!r} not found",
+                              reasons.DENY_INVALID_GROUP)
+    size, offset = 0, None
+    for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
+        par = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
+        if rj.get("name") == labels.get(JOBSET_RJOB):
+            offset = size
+            # the Pod's own labels: malformed is the Pod's fault, not the API's
+            job_index = _int(labels.get(JOBSET_JOB_INDEX, "0"),
+                             f"metadata.labels[{JOBSET_JOB_INDEX}]", 0, MAX_GROUP)
+            offset += job_index * par + _int(ann.get(COMPLETION_INDEX, "0"),
+                                             f"metadata.annotations[{COMPLETION_INDEX}]", 0,
+                                             MAX_GROUP)
+        size += (rj.get("replicas") or 1) * par
+    size = _int(size, "JobSet replicatedJobs", 1, MAX_GROUP)
+    return Group(f"jobset-{labels[JOBSET_NAME]}", size, offset, "jobset"), js
+
+
+async def _podgroup(pg_label: str, labels: dict[str, Any], ann: dict[str, Any], ns: str,
+                    get: Get) -> tuple[Group, dict[str, Any] | None]:
+    """The PodGroup's gang; a PodGroup not (yet) there is sized by our own annotation."""
+    pg = await get(f"/apis/scheduling.x-k8s.io/v1alpha1{ns}/podgroups/{labels[pg_label]}")
+    size_raw = ((pg or {}).get("spec") or {}).get("minMember") or ann.get(
+        contract.A_GROUP_SIZE)
+    if size_raw is None:
+        raise PodRequestError(f"metadata.labels[{pg_label}]",
+                              "PodGroup not found and no slurmgate.io/group-size given",
+                              reasons.DENY_INVALID_GROUP)
+    size = _int(size_raw, "PodGroup spec.minMember", 1, MAX_GROUP)
+    return Group(f"podgroup-{labels[pg_label]}", size, _index_annotation(ann, size),
+                 "podgroup"), pg
+
+
+def _is_indexed_pod(job: dict[str, Any], ann: dict[str, Any]) -> bool:
+    return COMPLETION_INDEX in ann and (job.get("spec") or {}).get(
+        "completionMode") == "Indexed"
+
+
+def _indexed_job(job: dict[str, Any], ann: dict[str, Any]) -> Group | None:
+    spec = job["spec"]
+    par = spec.get("parallelism") or 1
+    if (spec.get("completions") or par) != par:
+        # waves of Pods (completions > parallelism) are not one allocation: each Pod alone
+        return None
+    size = _int(par, "Job spec.parallelism", 1, MAX_GROUP)
+    index = _int(ann[COMPLETION_INDEX], f"metadata.annotations[{COMPLETION_INDEX}]", 0,
+                 10**6)
+    uid = (job.get("metadata") or {}).get("uid", "")[:8]
+    return Group(f"job-{job['metadata']['name']}-{uid}", size, index, "indexed-job")
+
+
 async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -78,84 +176,22 @@ async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
     job_ref = _owner(pod, "Job")
     job = await get(f"/apis/batch/v1{ns}/jobs/{job_ref['name']}") if job_ref else None
     owner_opts = _options(job)
+    _check_group_numbers(ann)
 
-    for key, hi in ((contract.A_GROUP_SIZE, MAX_GROUP), (contract.A_GROUP_INDEX, MAX_GROUP - 1)):
-        if key in ann:
-            _int(ann[key], f"metadata.annotations[{key}]", 0 if key == contract.A_GROUP_INDEX
-                 else 1, hi)
-
+    # The first source that names a gang wins, in this order: our own annotation overrides
+    # whatever workload the Pod also belongs to.
     if contract.A_GROUP in ann:
-        name = ann[contract.A_GROUP]
-        field = f"metadata.annotations[{contract.A_GROUP}]"
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise PodRequestError(field, "must be a DNS label (lower case, digits, '-', '.')",
-                                  reasons.DENY_INVALID_GROUP)
-        if contract.A_GROUP_SIZE not in ann:
-            raise PodRequestError(f"metadata.annotations[{contract.A_GROUP_SIZE}]",
-                                  "is required with slurmgate.io/group", reasons.DENY_INVALID_GROUP)
-        size = _int(ann[contract.A_GROUP_SIZE],
-                    f"metadata.annotations[{contract.A_GROUP_SIZE}]", 1, MAX_GROUP)
-        index = None
-        if contract.A_GROUP_INDEX in ann:
-            index = _int(ann[contract.A_GROUP_INDEX],
-                         f"metadata.annotations[{contract.A_GROUP_INDEX}]", 0, size - 1)
-        return Resolved(Group(name, size, index, "annotation"), owner_opts)
-
+        return Resolved(_annotated(ann), owner_opts)
     if LWS_NAME in labels and LWS_GROUP_INDEX in labels:
-        lws = await get(f"/apis/leaderworkerset.x-k8s.io/v1{ns}/leaderworkersets/"
-                        f"{labels[LWS_NAME]}")
-        size = _int(ann.get(LWS_SIZE, ""), f"metadata.annotations[{LWS_SIZE}]", 1, MAX_GROUP)
-        index = _int(labels.get(LWS_WORKER_INDEX, "0"),
-                     f"metadata.labels[{LWS_WORKER_INDEX}]", 0, size - 1)
-        return Resolved(Group(f"lws-{labels[LWS_NAME]}-{labels[LWS_GROUP_INDEX]}", size,
-                              index, "leaderworkerset"), {**_options(lws), **owner_opts})
-
+        group, lws = await _leaderworkerset(labels, ann, ns, get)
+        return Resolved(group, {**_options(lws), **owner_opts})
     if JOBSET_NAME in labels:
-        js = await get(f"/apis/jobset.x-k8s.io/v1alpha2{ns}/jobsets/{labels[JOBSET_NAME]}")
-        if js is None:
-            raise PodRequestError(f"metadata.labels[{JOBSET_NAME}]",
-                                  f"JobSet {labels[JOBSET_NAME]!r} not found",
-                                  reasons.DENY_INVALID_GROUP)
-        size, offset = 0, None
-        for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
-            par = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
-            if rj.get("name") == labels.get(JOBSET_RJOB):
-                offset = size
-                job_index = int(labels.get(JOBSET_JOB_INDEX, "0"))
-                offset += job_index * par + int(ann.get(COMPLETION_INDEX, "0"))
-            size += (rj.get("replicas") or 1) * par
-        size = _int(size, "JobSet replicatedJobs", 1, MAX_GROUP)
-        return Resolved(Group(f"jobset-{labels[JOBSET_NAME]}", size, offset, "jobset"),
-                        {**_options(js), **owner_opts})
-
+        group, js = await _jobset(labels, ann, ns, get)
+        return Resolved(group, {**_options(js), **owner_opts})
     pg_label = next((lbl for lbl in POD_GROUP_LABELS if lbl in labels), None)
     if pg_label:
-        pg = await get(f"/apis/scheduling.x-k8s.io/v1alpha1{ns}/podgroups/{labels[pg_label]}")
-        size_raw = ((pg or {}).get("spec") or {}).get("minMember") or ann.get(
-            contract.A_GROUP_SIZE)
-        if size_raw is None:
-            raise PodRequestError(f"metadata.labels[{pg_label}]",
-                                  "PodGroup not found and no slurmgate.io/group-size given",
-                                  reasons.DENY_INVALID_GROUP)
-        size = _int(size_raw, "PodGroup spec.minMember", 1, MAX_GROUP)
-        index = None
-        if contract.A_GROUP_INDEX in ann:
-            index = _int(ann[contract.A_GROUP_INDEX],
-                         f"metadata.annotations[{contract.A_GROUP_INDEX}]", 0, size - 1)
-        return Resolved(Group(f"podgroup-{labels[pg_label]}", size, index, "podgroup"),
-                        {**_options(pg), **owner_opts})
-
-    if job is not None and COMPLETION_INDEX in ann and (job.get("spec") or {}).get(
-            "completionMode") == "Indexed":
-        spec = job["spec"]
-        par = spec.get("parallelism") or 1
-        if (spec.get("completions") or par) != par:
-            # waves of Pods (completions > parallelism) are not one allocation: each Pod alone
-            return Resolved(None, owner_opts)
-        size = _int(par, "Job spec.parallelism", 1, MAX_GROUP)
-        index = _int(ann[COMPLETION_INDEX], f"metadata.annotations[{COMPLETION_INDEX}]", 0,
-                     10**6)
-        uid = (job.get("metadata") or {}).get("uid", "")[:8]
-        return Resolved(Group(f"job-{job['metadata']['name']}-{uid}", size, index,
-                              "indexed-job"), owner_opts)
+        group, pg = await _podgroup(pg_label, labels, ann, ns, get)
+        return Resolved(group, {**_options(pg), **owner_opts})
+    if job is not None and _is_indexed_pod(job, ann):
+        return Resolved(_indexed_job(job, ann), owner_opts)
     return Resolved(None, owner_opts)

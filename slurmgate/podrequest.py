@@ -30,6 +30,9 @@ _TIME_RE = re.compile(
     r"|(?P<mm>\d{1,6}):(?P<ss>\d{1,2})"
     r"|(?P<mo>\d{1,6}))$"
 )
+# What the time-limit and priority annotations may hold before they are parsed at all.
+_TIME_TEXT_RE = re.compile(r"^[0-9:-]{1,16}$")
+_NICE_RE = re.compile(r"^[+-]?\d{1,6}$")
 
 
 class PodRequestError(ValueError):
@@ -161,12 +164,7 @@ def effective_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
     return total
 
 
-def from_pod(pod: dict[str, Any], default_memory: str | None = None,
-             default_partition: str | None = None) -> PodRequest:
-    ann = _annotations(pod)
-    _check_unknown(ann)
-    req = effective_requests(pod)
-
+def _memory(req: dict[str, Fraction], default_memory: str | None) -> Fraction:
     mem = req.get("memory")
     if mem is None or mem == 0:
         if default_memory is None:
@@ -180,41 +178,82 @@ def from_pod(pod: dict[str, Any], default_memory: str | None = None,
     if mem > MAX_MEMORY:
         raise PodRequestError("spec.containers[].resources.requests.memory",
                               "is absurdly large (over 1 PiB)", INVALID)
+    return mem
+
+
+def _cpus(req: dict[str, Fraction]) -> Fraction:
     cpu = req.get("cpu", Fraction(1))
     if cpu > MAX_CPUS:
         raise PodRequestError("spec.containers[].resources.requests.cpu",
                               f"is absurdly large (over {MAX_CPUS})", INVALID)
-    gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
+    return cpu
+
+
+def _gpu_sum(req: dict[str, Fraction]) -> Fraction:
+    return sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
+
+
+def _gpus(req: dict[str, Fraction]) -> Fraction:
+    gpus = _gpu_sum(req)
     if gpus.denominator != 1 or gpus > MAX_GPUS:
         raise PodRequestError("spec.containers[].resources.requests[nvidia.com/gpu]",
                               "must be a whole number up to 1024", INVALID)
+    return gpus
 
-    time_limit = None
-    raw_time = _text(ann, contract.A_TIME_LIMIT, re.compile(r"^[0-9:-]{1,16}$"))
-    if raw_time is not None:
-        try:
-            time_limit = parse_time_limit(raw_time)
-        except ValueError as e:
-            raise PodRequestError(f"metadata.annotations[{contract.A_TIME_LIMIT}]",
-                                  f"{raw_time!r}: {e}") from None
 
-    nice = None
-    raw_nice = _text(ann, contract.A_PRIORITY, re.compile(r"^[+-]?\d{1,6}$"))
-    if raw_nice is not None:
-        nice = int(raw_nice)
-        if abs(nice) > MAX_NICE:
-            raise PodRequestError(f"metadata.annotations[{contract.A_PRIORITY}]",
-                                  f"must be between -{MAX_NICE} and {MAX_NICE}")
+def _time_limit(ann: dict[str, str]) -> int | None:
+    raw = _text(ann, contract.A_TIME_LIMIT, _TIME_TEXT_RE)
+    if raw is None:
+        return None
+    try:
+        return parse_time_limit(raw)
+    except ValueError as e:
+        raise PodRequestError(f"metadata.annotations[{contract.A_TIME_LIMIT}]",
+                              f"{raw!r}: {e}") from None
 
+
+def _nice(ann: dict[str, str]) -> int | None:
+    raw = _text(ann, contract.A_PRIORITY, _NICE_RE)
+    if raw is None:
+        return None
+    nice = int(raw)
+    if abs(nice) > MAX_NICE:
+        raise PodRequestError(f"metadata.annotations[{contract.A_PRIORITY}]",
+                              f"must be between -{MAX_NICE} and {MAX_NICE}")
+    return nice
+
+
+def _gpu_type(ann: dict[str, str], gpus: Fraction) -> str | None:
     gpu_type = _text(ann, contract.A_GPU_TYPE, names.SLURM_NAME)
+    # A type on a Pod without GPUs is a mistake the user should hear of, not a no-op.
     if gpu_type is not None and not gpus:
         raise PodRequestError(f"metadata.annotations[{contract.A_GPU_TYPE}]",
                               f"names GPU type {gpu_type!r} but the Pod requests no GPUs "
                               f"({' or '.join(GPU_RESOURCES)})")
+    return gpu_type
 
+
+def _grace_seconds(pod: dict[str, Any]) -> int:
+    # 30 s is Kubernetes' own default
     grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
     if not isinstance(grace, int) or isinstance(grace, bool):
         grace = 30
+    return grace
+
+
+def from_pod(pod: dict[str, Any], default_memory: str | None = None,
+             default_partition: str | None = None) -> PodRequest:
+    # The checks run in this order, and the first failure is the denial the user sees.
+    ann = _annotations(pod)
+    _check_unknown(ann)
+    req = effective_requests(pod)
+    mem = _memory(req, default_memory)
+    cpu = _cpus(req)
+    gpus = _gpus(req)
+    time_limit = _time_limit(ann)
+    nice = _nice(ann)
+    gpu_type = _gpu_type(ann, gpus)
+    grace = _grace_seconds(pod)
     return PodRequest(
         memory_mib=max(1, quantity.to_mib_ceil(mem)),
         cpus=max(1, quantity.to_int_ceil(cpu)),
@@ -237,7 +276,7 @@ def gpus_of(pod: dict[str, Any]) -> tuple[int, str | None]:
         req = effective_requests(pod)
     except PodRequestError:
         return 0, None
-    gpus = sum((req.get(g, Fraction(0)) for g in GPU_RESOURCES), Fraction(0))
+    gpus = _gpu_sum(req)
     value = _annotations_or_empty(pod).get(contract.A_GPU_TYPE)
     kind = value if isinstance(value, str) and names.SLURM_NAME.fullmatch(value) else None
     return int(gpus), kind if gpus else None

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from slurmgate import contract, groups
+from slurmgate import contract, groups, reasons
 from slurmgate.podrequest import PodRequestError
 
 
@@ -80,6 +80,25 @@ async def test_jobset_ranks_across_replicated_jobs() -> None:
         lookup({"/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/js": js}))
     # driver takes rank 0; workers job 0 ranks 1-2; workers job 1 ranks 3-4
     assert r.group == groups.Group("jobset-js", 5, 4, "jobset")
+
+
+async def test_a_malformed_jobset_index_is_the_pods_fault_not_the_apis() -> None:
+    js = {"metadata": {"annotations": {}}, "spec": {"replicatedJobs": [
+        {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2}}}]}}
+    get = lookup({"/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/js": js})
+    for labels, ann in (({groups.JOBSET_JOB_INDEX: "x"}, {}),
+                        ({}, {groups.COMPLETION_INDEX: "1.5"})):
+        p = pod(labels={groups.JOBSET_NAME: "js", groups.JOBSET_RJOB: "workers", **labels},
+                ann=ann)
+        with pytest.raises(PodRequestError) as e:
+            await groups.resolve(p, "ns", get)
+        assert e.value.reason == reasons.DENY_INVALID_GROUP  # not OwnerLookupFailed
+
+
+async def test_a_group_name_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(PodRequestError):
+        await groups.resolve(pod(ann={contract.A_GROUP: "train\n", contract.A_GROUP_SIZE: "2"}),
+                             "ns", lookup({}))
 
 
 async def test_indexed_job_and_owner_options() -> None:
