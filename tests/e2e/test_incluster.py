@@ -104,10 +104,12 @@ def test_slurmgate_runs_as_pods_on_the_control_node(cluster: local_mod.Local, ad
 
 
 def marked(name: str, image: str, script: str, grace: int = 2,
-           args: tuple[str, ...] = ()) -> dict[str, Any]:
+           args: tuple[str, ...] = (), annotations: dict[str, str] | None = None
+           ) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"slurmgate.io/scheduler": "slurm"},
-                         "annotations": {contract.A_CONSTRAINT: REAL_FEATURE}},
+                         "annotations": {contract.A_CONSTRAINT: REAL_FEATURE,
+                                         **(annotations or {})}},
             "spec": {"terminationGracePeriodSeconds": grace,
                      "containers": [{"name": "main", "image": image,
                                      "imagePullPolicy": "Never",
@@ -183,11 +185,13 @@ STUBBORN = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_
 GRACE_TIME = 20  # the local k8s partition's (cluster/slurm_conf.py)
 
 
-def _stubborn_on_n2(admin: Kubectl, image: str, name: str, grace: int) -> tuple[str, str]:
+def _stubborn_on_n2(admin: Kubectl, image: str, name: str, grace: int,
+                    annotations: dict[str, str] | None = None) -> tuple[str, str]:
     """A stubborn marked Pod, running on the real Node that is Slurm node n2: its marker and
     its placeholder job's id."""
     marker = f"sg-inv-{uuid.uuid4().hex[:12]}"
-    admin.apply(marked(name, image, STUBBORN, grace=grace, args=(marker,)), "-n", NS)
+    admin.apply(marked(name, image, STUBBORN, grace=grace, args=(marker,),
+                       annotations=annotations), "-n", NS)
     wait_until(f"{name} Running on the real Slurm Node", lambda: (
         (p := _pod(admin, name, NS))["spec"].get("nodeName") == SLURM_REAL
         and (p.get("status") or {}).get("phase") == "Running"), 90)
@@ -306,5 +310,28 @@ def test_a_cancelled_placeholder_holds_the_node_until_the_pod_is_gone(
         first_job = min(x.t for x in s.samples if x.jobs) - t_cancel
         assert not s.overlaps, (f"{s.report()}; after the scancel: the Pod last seen at "
                                 f"{last_pod:.2f}s, the job first at {first_job:.2f}s; {said}")
+    finally:
+        slurm_cli(cluster, "scancel", str(waiting))
+
+
+def test_a_timed_out_placeholder_holds_the_node_until_the_pod_is_gone(
+        cluster: local_mod.Local, admin: Kubectl, deployed: incluster.InCluster) -> None:
+    """The same at the end of the job's time limit (a minute): Slurm signals the placeholder,
+    kills it KillWait later, and the stubborn Pod (grace 10 s) is evicted as SlurmJobTimeLimit.
+    A scavenger job waiting for n2 must not start while the Pod still runs there."""
+    marker, placeholder = _stubborn_on_n2(admin, deployed.image, "inv-timeout", grace=10,
+                                          annotations={contract.A_TIME_LIMIT: "1"})
+    waiting = _sbatch(cluster, "-p", "scavenger", "--wrap=sleep 600")
+    try:
+        with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+            wait_until("the sampler saw the Pod", s.saw_pod, 10)
+            assert _state(cluster, waiting) == "PENDING"
+            # slurmctld looks at time limits every 30 s or so: the minute and one look more
+            wait_until("the waiting job RUNNING on n2",
+                       lambda: _state(cluster, waiting) == "RUNNING", 180)
+            wait_until("the sampler saw the waiting job", lambda: s.saw_job(waiting), 30)
+        assert s.saw_pod() and not s.overlaps, s.report()
+        assert reasons.EV_JOB_TIME_LIMIT in _reasons(admin, "inv-timeout")
+        assert _state(cluster, int(placeholder)) not in ("RUNNING", "PENDING")
     finally:
         slurm_cli(cluster, "scancel", str(waiting))
