@@ -7,7 +7,7 @@ the rest pend), then --n timed requests of each way to learn "what changed": GET
 /jobs?update_time=T with nothing changed (idle), the full /jobs list (what a change costs),
 /jobs/state (ids and states only), and /diag (22.05's clock). Prints median and p95 latency
 and the answer size; the binder's choice per dialect is argued from these figures in the
-README's polling section.
+docs/operator-guide.md's polling section.
 """
 
 from __future__ import annotations

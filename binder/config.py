@@ -44,12 +44,13 @@ class ReconcileSettings:
     # a Pod waits this long for its allocated Node to show the GPUs it asks for; then its job
     # is given back to Slurm (NodeLacksGPUs)
     gpu_grace: float = 60.0
-    # Slurm's whole job list is read this often (only ours kept): it finds jobs of ours no Pod
-    # names that nothing else finds (a webhook killed between its submit and its answer). It is
-    # the binder's one read whose cost grows with the site's jobs: 5.9 CPU-s of slurmctld and
-    # slurmrestd at 10,000 jobs (bench.busy). Every other poll asks about our jobs by id, a
-    # submit whose answer was lost asks for a whole list at once, and the webhook cancels the
-    # jobs of Pods refused after admission itself.
+    # The safety net runs this often (binder/lostjobs.py): it finds jobs of ours no Pod names
+    # that nothing else finds (a webhook killed between its submit and its answer). Where
+    # slurmrestd serves slurmdbd it asks for our partitions' jobs; elsewhere it reads Slurm's
+    # whole job list (only ours kept), whose cost grows with the site's jobs: 5.9 CPU-s of
+    # slurmctld and slurmrestd at 10,000 jobs (bench.busy). Every other poll asks about our
+    # jobs by id, a submit whose answer was lost is looked up by its job name, and the webhook
+    # cancels the jobs of Pods refused after admission itself.
     full_list_interval: float = 3600.0
 
 

@@ -22,7 +22,8 @@ PREEMPT_NOTICE_SHARE = 0.1
 PREEMPT_NOTICE_MIN = 1.0
 # From the read that shows preempt_time to the kubelet's SIGTERM: the read's answer, one
 # eviction call, and the kubelet's watch seeing the Pod's deletion. Each took tens of ms in the
-# busy-site bench (README); 2 s leaves room for a slurmrestd or an apiserver slowed by load.
+# busy-site bench (docs/benchmarks.md); 2 s leaves room for a slurmrestd or an apiserver slowed by
+# load.
 EVICT_MARGIN = 2.0
 # The kubelet gives every container at least this long between SIGTERM and SIGKILL, whatever
 # the Pod asks for (kuberuntime's minimumGracePeriodInSeconds); 0 or 1 would stop no faster

@@ -228,9 +228,10 @@ class Admitter:
                     pod: dict[str, Any], annotations: dict[str, str], namespace: str,
                     pod_ref: str, warnings: list[str], grace: int | None) -> dict[str, Any]:
         """No answer within answer_within. Fail-open: the request is dropped and the binder
-        submits when Slurm answers (it also reads the whole list for a job the dropped request
-        may still make). Fail-closed: the Pod is denied, and the submit goes on, so that a job
-        Slurm makes for it all the same is cancelled (webhook/orphans.py) when its answer comes."""
+        submits when Slurm answers (it also looks up a job the dropped request may still make,
+        by its name: binder/lostjobs.py). Fail-closed: the Pod is denied, and the submit goes on,
+        so that a job Slurm makes for it all the same is cancelled (webhook/orphans.py) when its
+        answer comes."""
         self._slurm_away = True
         e = SlurmUnavailable(f"submit job {job.name!r}: slurmrestd did not answer within "
                              f"{self.settings.answer_within:g}s")

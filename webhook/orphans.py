@@ -1,9 +1,10 @@
 """Jobs the webhook submitted for a Pod that never came: a step after ours (a ResourceQuota, a
 validating webhook, an API server that failed to store the Pod) refused the Pod once its job
 existed. The webhook cancels such a job itself, a little after admission, by asking the API
-server for the Pod by the claim label it wrote. Otherwise only the binder's read of Slurm's whole
-job list would find it, and that is the one read whose cost grows with the site's jobs, so the
-binder makes it rarely (BINDER_FULL_LIST_INTERVAL). Cost: one Pod list per admitted Pod
+server for the Pod by the claim label it wrote. Otherwise only the binder's safety net would find
+it (binder/lostjobs.py: a look in slurmdbd at our partitions' jobs, or where slurmrestd serves no
+slurmdbd, Slurm's whole job list, whose cost grows with the site's jobs), and that runs rarely
+(BINDER_FULL_LIST_INTERVAL). Cost: one Pod list per admitted Pod
 (label-selected, at most one item); to Slurm, only for a Pod really missing, one read of the job
 (it must still carry the claim: a controller that lost its state reuses ids) and its cancel.
 """
@@ -31,10 +32,10 @@ log = logging.getLogger("slurmgate.webhook.orphans")
 # and for a slow etcd.
 SETTLE = 15.0
 CHECK_EVERY = 5.0
-# admissions remembered at once; past it the oldest are left to the binder's whole list
+# admissions remembered at once; past it the oldest are left to the binder's safety net
 KEEP_MAX = 50_000
-# a check that keeps failing (API server away) is given up after this: the binder's whole
-# list is the safety net
+# a check that keeps failing (API server away) is given up after this: the binder's safety
+# net (binder/lostjobs.py) finds the job then
 GIVE_UP_AFTER = 600.0
 
 

@@ -4,12 +4,13 @@ submits are read back elsewhere (test_tenancy, test_webhook); the binder builds 
 JobSpec (binder/actions.py submit_group, submit_pod) from the policy in force then, so its
 jobs must be checked on their own.
 
-- user and account: README "Tenancy" -- the user "never comes from the Pod", the account is
-  the Pod's annotation if the tenant allows it, else the tenant's `account`;
-- whole nodes: README "The placeholder job" -- exclusive, "a Node runs either a Slurm job or
-  a Pod"; a gang is "ONE job `--nodes=N --exclusive`" (README "Behaviour in detail"). Read
-  back as test_webhook's test_placeholder_is_exclusive_read_back_from_slurm does (every CPU
-  of each node allocated, OverSubscribe=NO, REST's job_resources.nodes.whole where said).
+- user and account: docs/operator-guide.md "Tenancy" -- the user "never comes from the Pod",
+  the account is the Pod's annotation if the tenant allows it, else the tenant's `account`;
+- whole nodes: docs/user-guide.md "The placeholder job" -- exclusive, "a Node runs either a
+  Slurm job or a Pod"; a gang is "ONE job `--nodes=N --exclusive`" (docs/user-guide.md
+  "Behaviour in detail"). Read back as test_webhook's
+  test_placeholder_is_exclusive_read_back_from_slurm does (every CPU of each node allocated,
+  OverSubscribe=NO, REST's job_resources.nodes.whole where said).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_gang_job_runs_as_the_tenant_on_whole_nodes(local: Local, admin: Kubectl
 def test_resubmitted_job_runs_as_the_tenant_on_a_whole_node(local: Local, admin: Kubectl,
                                                             bridge: Bridge, ns: str) -> None:
     """The binder gives a Pod's job back when the Node Slurm chose lacks the GPUs the Pod asks
-    for (README "GPUs": after BINDER_GPU_GRACE, "the job is cancelled and a new one
+    for (docs/operator-guide.md "GPUs": after BINDER_GPU_GRACE, "the job is cancelled and a new one
     submitted"), as test_gpus does; that new job is the binder's own submit."""
     gpu_nodes = [k8s_node_name(n) for n in local.slurm.gpu_nodes]
     fillers: list[str] = []

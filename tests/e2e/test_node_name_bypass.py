@@ -2,7 +2,8 @@
 Binding): here it names the Node of a Slurm node that runs an ordinary Slurm job (issue 30).
 
 - A plain (unmarked) Pod never reaches our webhook (its objectSelector), so nothing of ours
-  stops it; the Node's taint does. README "Slurm's Nodes are tainted": every Slurm Node
+  stops it; the Node's taint does. docs/operator-guide.md "Slurm's Nodes are tainted": every Slurm
+  Node
   carries `slurmgate.io/slurm-managed=true:NoExecute` (the local cluster taints its kwok
   Nodes, cluster/local.py _node_objects), and "a plain Pod already running when the taint is
   added is evicted by Kubernetes' taint manager (NoExecute, Event `TaintManagerEviction`)".

@@ -2,7 +2,8 @@
 deleted, then present but invalid, then fixed, on the webhook (admission) and on the binder
 (the submits it makes itself: a gang's job after its first one was given back).
 
-README "Tenancy": "a missing ConfigMap or key denies every marked Pod (`TenancyPolicyMissing`);
+docs/operator-guide.md "Tenancy": "a missing ConfigMap or key denies every marked Pod
+(`TenancyPolicyMissing`);
 a policy that does not parse keeps the last good one in force (logged, counted), and denies
 (`TenancyPolicyInvalid`, naming the bad field) if there never was one", and "When the policy
 changes after admission, the binder does not submit the Pod's (or gang's) job: it records a
@@ -183,7 +184,8 @@ def _refused_both(admin: Kubectl, ns: str, reason: str) -> dict[str, str]:
 def test_binder_holds_a_gang_while_the_policy_is_missing_or_invalid(
         local: Local, admin: Kubectl, bridge: Bridge, ns: str) -> None:
     """A gang admitted under a good policy has its first job given back by the binder (the
-    GPU Nodes it was allocated lost their GPUs: BINDER_GPU_GRACE, README "GPUs"), which sends
+    GPU Nodes it was allocated lost their GPUs: BINDER_GPU_GRACE, docs/operator-guide.md "GPUs"),
+    which sends
     the members back to waiting and submits the group again: its own submit, with the policy
     now missing, then invalid. Each time the binder submits nothing and says why on every
     member; fixed, it submits and the gang runs as its tenant."""

@@ -137,7 +137,7 @@ def test_fuzzed_fields_never_500(path: list[str], value: object) -> None:
 
 
 UNICODE = st.text(alphabet=st.characters(codec="utf-8"), max_size=80)
-# the Slurm options of the README's annotation contract
+# the Slurm options of the annotation contract (docs/user-guide.md)
 OPTIONS = (contract.A_PARTITION, contract.A_QOS, contract.A_ACCOUNT, contract.A_TIME_LIMIT,
            contract.A_CONSTRAINT, contract.A_PRIORITY)
 

@@ -380,7 +380,7 @@ def test_config_map(tree: Path) -> None:
     maps = {d["metadata"]["name"]: d for d in by_kind(render(tree, "base"), "ConfigMap")}
     data = maps["slurmgate-config"]["data"]
     assert data["FAIL_OPEN"] == "false"
-    # the webhook reads the map as it ships: waits for Slurm's answer, as the README says
+    # the webhook reads the map as it ships: waits for Slurm's answer, as docs/reference.md says
     assert webhook_config.load([], data).admission.submit_budget == 0.0
     assert webhook_config.load([], data).admission.long_grace == "clamp"
     assert {"SLURMREST_URL", "SLURM_USER", "DEFAULT_PARTITION"} <= set(data)
