@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract, faults, podrequest, priorities, reasons, tenancy
-from slurmgate.kube import KubeClient, KubeError, parse_time, pod_path, pointer_escape
+from slurmgate.kube import KubeClient, KubeError, pod_path, pointer_escape
 from slurmgate.logs import kv
 from slurmgate.preemption import evict_grace
 from slurmgate.slurm import (
@@ -27,6 +27,7 @@ from slurmgate.slurm import (
     SlurmUnavailable,
 )
 from slurmgate.slurm.placeholder import job_spec, pod_display_name, refusal, submitted_status
+from slurmgate.timestamps import parse_time
 
 from . import displaced, metrics
 from .background import BackgroundWrites

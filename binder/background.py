@@ -12,8 +12,9 @@ import logging
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from slurmgate.kube import KubeClient, KubeError, now_time, pod_path
+from slurmgate.kube import KubeClient, KubeError, pod_path
 from slurmgate.logs import kv
+from slurmgate.timestamps import now_time
 
 from .podview import Condition, Pod, condition, key_of
 

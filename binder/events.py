@@ -8,8 +8,9 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slurmgate.kube import KubeClient, KubeError, now_time
+from slurmgate.kube import KubeClient, KubeError
 from slurmgate.logs import kv
+from slurmgate.timestamps import now_time
 
 log = logging.getLogger("slurmgate.events")
 COMPONENT = "slurmgate-binder"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract, podrequest, reasons
-from slurmgate.kube import parse_time
 from slurmgate.slurm import RELEASED_STATES, RUNNING, STOPPING_STATES, WAITING_STATES, JobInfo
+from slurmgate.timestamps import parse_time
 
 Pod = dict[str, Any]
 FINISHED_PHASES = ("Succeeded", "Failed")

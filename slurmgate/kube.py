@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
 import json
 import os
 import ssl
@@ -241,24 +240,6 @@ class KubeClient:
 def pointer_escape(key: str) -> str:
     """A map key as one JSON Pointer token (RFC 6901), e.g. for annotation paths."""
     return key.replace("~", "~0").replace("/", "~1")
-
-
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # Kubernetes' RFC 3339 seconds timestamps
-
-
-def parse_time(ts: object) -> float | None:
-    """A Kubernetes RFC 3339 seconds timestamp (e.g. creationTimestamp) as unix time."""
-    if not isinstance(ts, str):
-        return None
-    try:
-        return dt.datetime.strptime(ts, TIME_FORMAT).replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def now_time() -> str:
-    """Now, as a Kubernetes timestamp (Events, condition transition times)."""
-    return dt.datetime.now(dt.UTC).strftime(TIME_FORMAT)
 
 
 def pod_path(namespace: str, name: str = "", sub: str = "") -> str:

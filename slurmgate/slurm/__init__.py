@@ -8,7 +8,8 @@
 * ``placeholder``: the placeholder job's whole shape, and a Pod's JobSpec.
 """
 
-from slurmgate.slurm.client import SlurmClient
+from typing import TYPE_CHECKING, Any
+
 from slurmgate.slurm.dialects import DIALECTS, SUPPORTED_VERSIONS, Dialect
 from slurmgate.slurm.models import (
     ALLOCATED_STATES,
@@ -71,3 +72,15 @@ __all__ = [
     "SlurmRefused",
     "SlurmUnavailable",
 ]
+
+if TYPE_CHECKING:
+    from slurmgate.slurm.client import SlurmClient
+
+
+def __getattr__(name: str) -> Any:
+    """SlurmClient (and with it aiohttp) loads on first use: the job model and the decisions
+    that read it import this package without an HTTP stack."""
+    if name == "SlurmClient":
+        from slurmgate.slurm.client import SlurmClient
+        return SlurmClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

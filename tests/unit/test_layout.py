@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import grimp  # comes with import-linter (the dev extra)
@@ -79,3 +80,16 @@ def test_the_installed_names_are_the_folders() -> None:
                            (slurmgate.webhook.admission, "webhook"),
                            (slurmgate.certs.pki, "certs")):
         assert Path(module.__file__ or "").parent == ROOT / folder
+
+
+def test_the_decisions_and_the_job_model_load_without_an_http_stack() -> None:
+    """The pure decisions (binder/decide.py, webhook/decide.py) and the job model they read are
+    importable, and testable, without aiohttp: a fresh interpreter imports them and no aiohttp
+    module is loaded. The same check sees aiohttp once the client is asked for."""
+    probe = ("import sys; import slurmgate.binder.decide, slurmgate.webhook.decide, "
+             "slurmgate.slurm.models; print(sorted(m for m in sys.modules if m.startswith("
+             "'aiohttp')) or 'none'); from slurmgate.slurm import SlurmClient; "
+             "print('aiohttp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["none", "True"], out
