@@ -17,9 +17,9 @@ import aiohttp
 from bench import util
 from cluster.bridge import Bridge
 from cluster.local import Local
-from slurmgate import contract, scontrol
+from slurmgate import contract
 from slurmgate.kube import KubeClient, KubeError, load_config, pod_path
-from slurmgate.slurm import PENDING, RUNNING, JobSpec, SlurmClient
+from slurmgate.slurm import PENDING, RUNNING, JobSpec, SlurmClient, scontrol
 
 BENCH_LABEL = "slurmgate-bench"
 

@@ -8,6 +8,7 @@ watches and polls after a restart.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,8 +19,7 @@ from slurmgate.slurm import RELEASED_STATES, JobInfo
 
 from .decision import Unit
 from .informer import Informer
-from .nodesync import node_view
-from .podview import NodeRef, Pod, ann
+from .podview import NodeRef, Pod, ann, node_ref
 
 # how long the job of a deleted Pod is still asked about (a few polls, at the slowest)
 GONE_JOB_KEEP = 60.0
@@ -138,23 +138,24 @@ class Index:
                      jobs: dict[str, JobInfo]) -> tuple[list[Request], bool] | None:
         """The units to look at again and whether the Node's drain may need syncing; None for
         a change the binder does not read (a status heartbeat)."""
-        before, after = node_view(old), node_view(new)
+        # as the binder reads a Node (its name aside: the key says it)
+        before, after = (dataclasses.replace(v, name="") if v else None
+                         for v in (node_ref(old), node_ref(new)))
         if before == after:
             return None
         prev = self.slurm_of.pop(key, None)
         if prev:
             self.node_for.pop(prev, None)
-        slurm_name = after[0] if after else None
+        slurm_name = after.slurm_node if after else None
         requests = []
         if after is not None and slurm_name:
-            self.node_for[slurm_name] = NodeRef(key, after.unschedulable, after.gpus,
-                                                after.gpu_type)
+            self.node_for[slurm_name] = dataclasses.replace(after, name=key)
             self.slurm_of[key] = slurm_name
             # Pods waiting on this node (e.g. it just appeared) get another look
             for claim, job in jobs.items():
                 if slurm_name in job.nodes and claim in self.key_by_claim:
                     requests.append(self.request(self.key_by_claim[claim]))
-        return requests, bool(slurm_name or (before and before[0]))
+        return requests, bool(slurm_name or (before and before.slurm_node))
 
     def unit(self, req: Request) -> Unit:
         gone = frozenset(self.gone_claims.get(req, ()))

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
-from slurmgate import contract, quantity, scontrol
+from slurmgate import contract
 from slurmgate.logs import kv
-from slurmgate.podrequest import GPU_RESOURCES
 from slurmgate.slurm import NodeInfo, SlurmClient
 
 from . import metrics
 from .informer import Informer
+from .podview import node_ref
 from .workqueue import WorkQueue
 
 log = logging.getLogger("slurmgate.nodesync")
@@ -21,31 +21,6 @@ CACHE_SECONDS = 1.0
 # The periodic drift check reads the whole node list this often (its cost follows the site's
 # nodes); in between it reads only the nodes it may have to act on, one by one.
 WHOLE_LIST_EVERY = 300.0
-
-
-class NodeView(NamedTuple):
-    slurm_node: str | None
-    unschedulable: bool
-    gpus: int  # allocatable nvidia.com/gpu + amd.com/gpu
-    gpu_type: str | None  # label slurmgate.io/gpu-type
-
-
-def node_view(node: dict[str, Any] | None) -> NodeView | None:
-    """What the binder reads of a Node: its Slurm node label, cordon and GPUs. kwok's and
-    kubelets' status heartbeats change none of them, so they need no work."""
-    if node is None:
-        return None
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    gpus = 0
-    for g in GPU_RESOURCES:
-        try:
-            gpus += int(quantity.parse(alloc.get(g, "0")))
-        except quantity.QuantityError:
-            pass  # a Node that states no sane count offers no GPUs
-    return NodeView(labels.get(contract.NODE_LABEL),
-                    bool((node.get("spec") or {}).get("unschedulable")), gpus,
-                    labels.get(contract.NODE_GPU_TYPE_LABEL))
 
 
 FAILED_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING", "ERROR", "NOT_RESPONDING"})
@@ -117,7 +92,7 @@ class NodeSync:
         of cordoned Nodes (to drain) and those we last saw drained by us (to resume)."""
         names = {n.name for n in self._nodes.values() if ours_drained(n)}
         for node in list(self.nodes.store.values()):
-            view = node_view(node)
+            view = node_ref(node)
             if view and view.slurm_node and view.unschedulable:
                 names.add(view.slurm_node)
         for name in sorted(names):
@@ -142,11 +117,11 @@ class NodeSync:
         out = []
         untainted = []
         for key, node in list(self.nodes.store.items()):
-            view = node_view(node)
-            sn = self._nodes.get(view[0]) if view and view[0] else None
+            view = node_ref(node)
+            sn = self._nodes.get(view.slurm_node) if view and view.slurm_node else None
             if sn is not None and node_action(node, sn):
                 out.append(key)
-            if view and view[0] and not tainted(node):
+            if view and view.slurm_node and not tainted(node):
                 untainted.append(key)
         self._report_untainted(untainted)
         return out
@@ -162,16 +137,10 @@ class NodeSync:
         self._warned = set(keys)
 
     async def _update(self, slurm_name: str, drain: bool, reason: str | None) -> None:
-        slurm = self.slurm
-        try:
-            if drain:
-                await slurm.drain(slurm_name, reason or "")
-            else:
-                await slurm.resume(slurm_name)
-        except NotImplementedError:  # Slurm 22.05: no node update over REST
-            slurm.may_write()
-            await scontrol.update_node(slurm_name, "DRAIN" if drain else "RESUME", reason,
-                                       slurm.token())
+        if drain:
+            await self.slurm.drain(slurm_name, reason or "")
+        else:
+            await self.slurm.resume(slurm_name)
 
     async def handle(self, key: str) -> None:
         metrics.NODE_SYNCS.inc()

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from slurmgate import contract, podrequest, reasons
+from slurmgate import contract, podrequest, quantity, reasons
 from slurmgate.slurm import RELEASED_STATES, RUNNING, STOPPING_STATES, WAITING_STATES, JobInfo
 from slurmgate.timestamps import parse_time
 
@@ -21,11 +21,30 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class NodeRef:
-    """A Kubernetes Node as the decision needs it, found by its Slurm node label."""
+    """What the binder reads of a Kubernetes Node (the decision, the index and the drain sync
+    alike): its Slurm node label, cordon and GPUs. kwok's and kubelets' status heartbeats
+    change none of them, so they need no work."""
     name: str
     unschedulable: bool
     gpus: int = 0  # allocatable GPUs (nvidia.com/gpu, amd.com/gpu)
     gpu_type: str | None = None  # label slurmgate.io/gpu-type; None = unlabelled
+    slurm_node: str | None = None  # label slurmgate.io/slurm-node; None: not a Slurm Node
+
+
+def node_ref(node: dict[str, Any] | None) -> NodeRef | None:
+    if node is None:
+        return None
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    gpus = 0
+    for g in podrequest.GPU_RESOURCES:
+        try:
+            gpus += int(quantity.parse(alloc.get(g, "0")))
+        except quantity.QuantityError:
+            pass  # a Node that states no sane count offers no GPUs
+    return NodeRef(meta.get("name", ""), bool((node.get("spec") or {}).get("unschedulable")),
+                   gpus, labels.get(contract.NODE_GPU_TYPE_LABEL), labels.get(contract.NODE_LABEL))
 
 
 def ann(pod: Pod) -> dict[str, str]:

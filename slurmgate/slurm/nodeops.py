@@ -2,7 +2,8 @@
 
 Reads cost the site's node or partition count (a handful to thousands of records, never its
 jobs); a single node is read by name. Drain and resume go over REST where the dialect has
-POST /node/{name} (23.02+); 22.05 has none (the binder uses scontrol there).
+POST /node/{name} (23.02+); 22.05 has none, so they run `scontrol` there (scontrol.py: an
+argument list, never a shell; the JWT in its environment).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from slurmgate.slurm import scontrol
 from slurmgate.slurm.dialects import Dialect, parse_node, parse_partition
 from slurmgate.slurm.models import NodeInfo, PartitionInfo, SlurmError
 
@@ -28,6 +30,12 @@ class NodeOperations:
 
     async def _record(self, path: str, what: str,
                       gone: Callable[[SlurmError], bool]) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def token(self) -> str:
+        raise NotImplementedError
+
+    def may_write(self) -> None:
         raise NotImplementedError
 
     async def nodes(self) -> list[NodeInfo]:
@@ -56,25 +64,24 @@ class NodeOperations:
             if isinstance(p, Mapping)
         ]
 
-    async def _update_node(self, node: str, body: dict[str, Any], what: str) -> None:
+    async def _update_node(self, node: str, state: str, reason: str | None, what: str) -> None:
         base, d = await self._base()
-        if not d.node_update:
-            raise NotImplementedError(
-                f"{what}: slurmrestd {d.version} (Slurm 22.05) has no node update endpoint "
-                "(only GET /node/{name}); POST /node/{name} exists from v0.0.39 (Slurm 23.02). "
-                "Use `scontrol update nodename=... state=drain` instead."
-            )
         if not _NODE_NAME.fullmatch(node):
             raise ValueError(f"bad node name {node!r}")
+        if not d.node_update:
+            # slurmrestd v0.0.38 (Slurm 22.05) has only GET /node/{name}; POST /node/{name}
+            # exists from v0.0.39 (Slurm 23.02)
+            self.may_write()  # the leader's fence, as a REST write would ask it
+            await scontrol.update_node(node, state, reason, self.token())
+            return
+        body: dict[str, Any] = {"state": [state], **({"reason": reason} if reason else {})}
         await self._request("POST", f"{base}/node/{node}", what=what, body=body)
 
     async def drain(self, node: str, reason: str) -> None:
         if not reason:
             raise ValueError("Slurm requires a reason to drain a node")
-        await self._update_node(
-            node, {"state": ["DRAIN"], "reason": reason}, f"drain node {node}"
-        )
+        await self._update_node(node, "DRAIN", reason, f"drain node {node}")
 
     async def resume(self, node: str) -> None:
-        await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}")
+        await self._update_node(node, "RESUME", None, f"resume node {node}")
 

@@ -10,7 +10,7 @@ import pytest
 
 from slurmgate import contract, podrequest, reasons
 from slurmgate.binder import decide as state
-from slurmgate.binder.nodesync import node_view
+from slurmgate.binder.podview import NodeRef, node_ref
 from slurmgate.nodemap import NodeMap, gpus_by_type
 from slurmgate.podrequest import PodRequestError
 from slurmgate.slurm import JobInfo, JobSpec, NodeInfo, PartitionInfo
@@ -140,9 +140,9 @@ def knode(gpus: str | None, kind: str | None = None) -> dict[str, Any]:
 
 
 def test_node_view_reads_gpus_and_their_type() -> None:
-    assert node_view(knode("4", "a100")) == ("n3", False, 4, "a100")
-    assert node_view(knode(None)) == ("n3", False, 0, None)
-    assert node_view(knode("lots")) == ("n3", False, 0, None)
+    assert node_ref(knode("4", "a100")) == NodeRef("kwok-n3", False, 4, "a100", "n3")
+    assert node_ref(knode(None)) == NodeRef("kwok-n3", False, 0, None, "n3")
+    assert node_ref(knode("lots")) == NodeRef("kwok-n3", False, 0, None, "n3")
 
 
 def bound_pod(gpus: str = "2", **ann: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import pytest
 
 from slurmgate import contract
 from slurmgate.binder.controller import Controller as Binder
-from slurmgate.binder.nodesync import node_action, node_view
+from slurmgate.binder.nodesync import node_action
+from slurmgate.binder.podview import NodeRef, node_ref
 from slurmgate.slurm import JobInfo, NodeInfo
 
 OURS = f"{contract.DRAIN_REASON_PREFIX} kwok-n1"
@@ -47,10 +48,10 @@ def test_node_action(cordoned: bool, sn: NodeInfo, want: str | None) -> None:
 
 def test_node_view_ignores_status() -> None:
     a, b = knode(), knode(heartbeat="2026-12-02T10:10:00Z")
-    assert a != b and node_view(a) == node_view(b) == ("n1", False, 0, None)
-    assert node_view(knode(cordoned=True)) == ("n1", True, 0, None)
-    assert node_view(knode(slurm="n2")) == ("n2", False, 0, None)
-    assert node_view(None) is None
+    assert a != b and node_ref(a) == node_ref(b) == NodeRef("kwok-n1", False, 0, None, "n1")
+    assert node_ref(knode(cordoned=True)) == NodeRef("kwok-n1", True, 0, None, "n1")
+    assert node_ref(knode(slurm="n2")) == NodeRef("kwok-n1", False, 0, None, "n2")
+    assert node_ref(None) is None
 
 
 def binder_with_bound_pod() -> Binder:

@@ -559,12 +559,24 @@ async def test_cancel_is_idempotent(client: tuple[Fake, SlurmClient]) -> None:
         await c.cancel(7, signal="KILL; rm -rf /")
 
 
-async def test_drain_resume_v38_not_implemented(client: tuple[Fake, SlurmClient]) -> None:
-    _, c = client
-    with pytest.raises(NotImplementedError, match=r"v0\.0\.38.*no node update"):
-        await c.drain("n1", "slurmgate: cordoned")
-    with pytest.raises(NotImplementedError):
-        await c.resume("n1")
+async def test_drain_resume_v38_run_scontrol(client: tuple[Fake, SlurmClient], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """22.05 has no node update over REST: the client runs scontrol (an argument list, the JWT
+    in its environment), so every caller drains the same way on every release."""
+    fake, c = client
+    said = tmp_path / "said"
+    tool = tmp_path / "scontrol"
+    tool.write_text(f'#!/bin/sh\necho "$SLURM_JWT $*" >> {said}\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("SCONTROL", str(tool))
+    await c.drain("n1", "slurmgate: cordoned")
+    await c.resume("n1")
+    assert said.read_text().splitlines() == [
+        f"{TOKEN} update NodeName=n1 State=DRAIN Reason=slurmgate: cordoned",
+        f"{TOKEN} update NodeName=n1 State=RESUME"]
+    assert not fake.calls("/node/n1")  # nothing over REST
+    with pytest.raises(ValueError):
+        await c.drain("n1; reboot", "slurmgate: cordoned")
 
 
 async def test_drain_resume_v40(client: tuple[Fake, SlurmClient]) -> None:

@@ -1,5 +1,6 @@
 """Node drain/resume through `scontrol`, for Slurm 22.05 whose REST API (v0.0.38) has no node
-update. Runs scontrol with an argument list (never a shell) and the JWT in its environment."""
+update: SlurmClient.drain/resume (nodeops.py) come here for that dialect. Runs scontrol with an
+argument list (never a shell) and the JWT in its environment."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import os
 import re
 
-from slurmgate.slurm import SlurmError
+from slurmgate.slurm.models import SlurmError
 
 _NODE_RE = re.compile(r"^[A-Za-z0-9_.\[\],-]{1,128}$")
 _REASON_RE = re.compile(r"^[A-Za-z0-9 _.:/@-]{1,200}$")
