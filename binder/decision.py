@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 from slurmgate import contract
@@ -14,16 +15,24 @@ from slurmgate.slurm import JobInfo
 
 from .podview import Condition, NodeRef, Pod, claim_of, live, live_claim, size_of
 
-# The one set of actions (also the `action` label of the reconcile metric).
-NOTHING = "Nothing"
-WAIT = "Wait"
-SUBMIT = "Submit"
-STATUS = "UpdateStatus"
-BIND = "Bind"
-EVICT = "Evict"
-CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
-RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
-RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
+
+class Action(StrEnum):
+    """The one set of actions (its values are the `action` label of the reconcile metric)."""
+    NOTHING = "Nothing"
+    WAIT = "Wait"
+    SUBMIT = "Submit"
+    STATUS = "UpdateStatus"
+    BIND = "Bind"
+    EVICT = "Evict"
+    CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
+    RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
+    RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
+
+
+# the short names decide.py's rules read with
+NOTHING, WAIT, SUBMIT, STATUS, BIND = (Action.NOTHING, Action.WAIT, Action.SUBMIT, Action.STATUS,
+                                       Action.BIND)
+EVICT, CANCEL, RESUBMIT, RELEASE = Action.EVICT, Action.CANCEL, Action.RESUBMIT, Action.RELEASE
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ class Bind(NamedTuple):
 
 @dataclass(frozen=True)
 class Decision:
-    action: str
+    action: Action
     members: tuple[Pod, ...] = ()  # whom a status, submit, cancel or wait Event is about
     binds: tuple[Bind, ...] = ()
     evict: tuple[Pod, ...] = ()
