@@ -207,7 +207,9 @@ class JobTracker:
             if claim is None:
                 continue
             claim_of[j.job_id] = claim
-            if self._keep_pushed(j, sent):
+            # our own view passed on unread (a look in slurmdbd skips the ids we know) says
+            # nothing new of the job: only a record read from Slurm may retire a push's guard
+            if self.by_claim.get(claim) is not j and self._keep_pushed(j, sent):
                 j = self.by_claim.get(claim, j)
             prev = fresh.get(claim)
             if prev is None:

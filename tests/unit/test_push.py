@@ -82,6 +82,23 @@ def test_a_read_sent_before_the_push_stays_overruled_whatever_lands_first() -> N
     assert t.by_claim["c"].state == "RUNNING" and seen == []
 
 
+def test_our_own_view_passed_on_after_the_push_does_not_retire_its_guard() -> None:
+    """CI, 26.05: slurmdbd's safety net, sent after a start's push, skips the jobs we know and
+    passes our own (pushed RUNNING) view on; that retired the push's guard, and the id poll's
+    CONFIGURING read of the job (PrologSlurmctld still running) was then believed: the Pod,
+    bound 26 ms earlier, was evicted as requeued."""
+    t, seen = tracker()
+    t._apply([job(5, "PENDING")], sent=time.monotonic())
+    t.pushed(5, "started", ("n1",))
+    seen.clear()
+    t._add_found([], time.monotonic(), True)  # the safety net: nothing new
+    t._apply([job(5, "CONFIGURING")], sent=time.monotonic())  # a read sent after the push
+    assert t.by_claim["c"].state == "RUNNING" and seen == []
+    t._apply([job(5, "RUNNING", ("n1",))], sent=time.monotonic())  # a real read retires it
+    t._apply([job(5, "PENDING")], sent=time.monotonic())  # and a later requeue is believed
+    assert t.by_claim["c"].state == "PENDING"
+
+
 def test_a_later_poll_overrules_the_push() -> None:
     t, seen = tracker()
     t._apply([job(5, "PENDING")], sent=time.monotonic())
