@@ -139,7 +139,8 @@ class Controller:
             slurm_synced=self.jobs.synced.is_set(), now=time.time(),
             node_for=self.index.node_for, failed_nodes=failed,
             group_timeout=self.settings.group_timeout, gpu_grace=self.settings.gpu_grace,
-            submitted=self.actions.submitted, kill_wait=self.settings.kill_wait,
+            submitted=self.actions.submitted, cancelled=self.actions.cancelled.keys(),
+            kill_wait=self.settings.kill_wait,
             grace_time=self.jobs.grace))
         metrics.RECONCILES.labels(f"group{d.action}" if unit.gang else d.action).inc()
         if not unit.gang and unit.members and d.action != decide.SUBMIT:

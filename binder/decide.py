@@ -160,13 +160,17 @@ def _newer_job_submitted(claim: str, holders: tuple[Pod, ...], job: JobInfo,
     ago and the next poll has not seen it yet): deciding on the old one would resubmit twice,
     or evict the Pod for the old job's end. The binder's own record of the submit counts too,
     until the watch brings the Pod's new annotation. Only for a fresh submit: after a
-    controller lost its state, job ids may start lower."""
-    ids = [int(i) for p in holders if (i := ann(p).get(contract.A_JOB_ID, "")).isdigit()]
+    controller lost its state, job ids may start lower. Not for a job we cancelled: two jobs of
+    one claim (a fail-open submit Slurm carried out late, beside ours) lose the newer as a
+    duplicate, and a Pod naming it waited out vanish_grace before it bound to the other."""
+    ids = [n for p in holders if (i := ann(p).get(contract.A_JOB_ID, "")).isdigit()
+           and (n := int(i)) not in w.cancelled]
     if ids and max(ids) > job.job_id and (
             w.now - submitted_at(list(holders)) < w.vanish_grace):
         return True
     ours = w.submitted.get(claim)
-    return ours is not None and ours[0] > job.job_id and w.now - ours[1] < w.vanish_grace
+    return (ours is not None and ours[0] not in w.cancelled and ours[0] > job.job_id
+            and w.now - ours[1] < w.vanish_grace)
 
 
 def _claim_arriving(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> bool:

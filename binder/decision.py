@@ -5,7 +5,7 @@ of the actions below). decide.py holds the rules; the controller applies the res
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -52,6 +52,9 @@ class World:
     # claim -> (job id, wall time) of the jobs this binder submitted lately: the Pod's
     # annotation naming the new job may reach the watch after the old job's end reaches a poll
     submitted: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # ids of the jobs this binder cancelled lately (a duplicate of a claim among them): a Pod
+    # whose annotation names one waits for no "newer" job, it takes the one its claim has
+    cancelled: Collection[int] = frozenset()
     # slurm.conf's KillWait: a job cancelled or out of time is SIGKILLed (what the placeholder
     # ignores of SIGTERM) and its Node freed this long after its end
     kill_wait: float = 30.0

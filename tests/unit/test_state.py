@@ -171,6 +171,18 @@ def test_a_job_completing_without_a_reason_asks_the_node_list(
     assert not state.needs_node_states(state.Unit.single(pod()), lambda _c: j)
 
 
+def test_a_pod_naming_a_cancelled_duplicate_binds_to_its_claims_other_job() -> None:
+    """Fail-open, slurmctld away: the webhook's unanswered submit lands late as job 7 beside the
+    binder's own job 8, which the Pod names; 8 loses as the duplicate and is cancelled. The Pod
+    binds to 7 at once, not after vanish_grace (47 s in CI on 22.05 and 26.05)."""
+    p = pod(A_JOB_ID="8", A_SUBMITTED_AT=str(int(NOW) - 2))
+    w = dataclasses.replace(W, submitted={"c1": (8, NOW - 2)})
+    running = job("RUNNING", ("n1",))
+    assert decide(p, running, w).action == state.WAIT  # 8 may still be on its way
+    d = decide(p, running, dataclasses.replace(w, cancelled=frozenset({8})))
+    assert d.action == state.BIND and d.status[contract.A_JOB_ID] == "7"
+
+
 def _cond(d: state.Decision) -> dict:
     ((_, c),) = d.conditions
     return c
