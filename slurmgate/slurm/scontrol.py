@@ -10,18 +10,19 @@ import re
 
 from slurmgate.slurm.models import SlurmError
 
-_NODE_RE = re.compile(r"^[A-Za-z0-9_.\[\],-]{1,128}$")
-_REASON_RE = re.compile(r"^[A-Za-z0-9 _.:/@-]{1,200}$")
+# used with fullmatch, as slurmgate/names.py's: `^...$` with match lets a trailing newline by
+_NODE_RE = re.compile(r"[A-Za-z0-9_.\[\],-]{1,128}")
+_REASON_RE = re.compile(r"[A-Za-z0-9 _.:/@-]{1,200}")
 
 
 async def update_node(node: str, state: str, reason: str | None, token: str,
                       scontrol: str | None = None, deadline: float = 20.0) -> None:
-    if not _NODE_RE.match(node):
+    if not _NODE_RE.fullmatch(node):
         raise SlurmError(f"refusing node name {node!r}")
     args = [scontrol or os.environ.get("SCONTROL", "scontrol"), "update", f"NodeName={node}",
             f"State={state}"]
     if reason is not None:
-        if not _REASON_RE.match(reason):
+        if not _REASON_RE.fullmatch(reason):
             raise SlurmError(f"refusing drain reason {reason!r}")
         args.append(f"Reason={reason}")
     env = {**os.environ, "SLURM_JWT": token}

@@ -577,6 +577,9 @@ async def test_drain_resume_v38_run_scontrol(client: tuple[Fake, SlurmClient], t
     assert not fake.calls("/node/n1")  # nothing over REST
     with pytest.raises(ValueError):
         await c.drain("n1; reboot", "slurmgate: cordoned")
+    with pytest.raises(SlurmError, match="refusing drain reason"):
+        await c.drain("n1", "slurmgate: cordoned\n")  # one line, or no scontrol at all
+    assert len(said.read_text().splitlines()) == 2
 
 
 async def test_drain_resume_v40(client: tuple[Fake, SlurmClient]) -> None:
