@@ -3,14 +3,18 @@ violations passes only if it also created and bound enough Pods and injected eve
 asked for. Without this a run cut short (its fault driver or churn thread dead, the minutes up
 before the round ended) or a binder that bound nothing passed with "violations: 0".
 
-The defaults are sized on the short round CI runs (`--rounds 1 --gap 5 12`): two such rounds
-on 26.05 created 66 and 72 Pods in about 3.3 minutes of churn (some 20 a minute: a tick every
-1.5 s, about six Pods alive on four nodes, each living some 30 s). About four of those six
-hold a node at any time, so roughly two in three Pods are bound before the churn deletes them:
-some 40 a round, fewer while the binder, slurmctld or the API server is down. The floors are
-under half of that, so a healthy round clears them twice over, while a churn that stopped
-within its first ninety seconds, webhook refusing every create, or a binder that binds nothing
-does not."""
+The defaults are sized on what the short CI round (`--rounds 1 --gap 5 12`, four nodes, about
+six Pods alive, each living some 30 s) did on a healthy cluster: 26 release-runs of it on
+2026-12-06 (22.05, 24.11 and 26.05; results in ~/.cache/slurmgate/chaos) created 47 to 77 Pods
+and bound 14 to 37 (median 24, a quarter to a half of those created). How many are bound is set
+by how often Slurm has a node for them (two scavenger jobs to preempt, an hpc job now and then,
+gangs that need two nodes, the churn deleting Pods that still wait), not by the binder's speed:
+that is the rule "unbound while its job runs" (a violation after 30 s). An earlier floor of 15
+bound, sized on two rounds that bound some 40, sat at the bottom of that spread and failed a
+healthy 26.05 run that bound 14 (the same seed replayed bound 22). The floors are now about half
+of the lowest healthy figure, so the spread clears them, while a churn that stopped within its
+first ninety seconds, a webhook refusing every create, or a binder that binds nothing (or one in
+four of what it should) does not."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_PODS_CREATED = 30
-MIN_PODS_BOUND = 15
+MIN_PODS_BOUND = 7
 
 
 @dataclass(frozen=True)
