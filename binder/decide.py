@@ -53,6 +53,7 @@ from .podview import (
     condition_stale,
     created,
     expected_condition,
+    expected_start_words,
     handoff_left,
     holds_node,
     is_gated,
@@ -300,8 +301,8 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
         return Decision(NOTHING)
     return Decision(STATUS, members=stale, status=st, job=job, reason=reasons.EV_JOB_PENDING,
                     message=f"{'group ' if u.gang else ''}job {job.job_id} {job.state}: "
-                            f"{job.reason}; the Pod stays gated ({contract.GATE}) until Slurm "
-                            "allocates a node")
+                            f"{job.reason}{expected_start_words(job)}; the Pod stays gated "
+                            f"({contract.GATE}) until Slurm allocates a node")
 
 
 def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: World) -> Decision:

@@ -22,6 +22,7 @@ from slurmgate.slurm import (
     CONFIGURING,
     ENDING_STATES,
     IN_FLIGHT_STATES,
+    PENDING,
     RUNNING,
     SUSPENDED,
     WAITING_STATES,
@@ -41,8 +42,11 @@ EARLY_MAX = 10_000
 MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
 
 
-def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool]:
-    return (j.state, j.reason, j.nodes, j.preempted)
+def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool, int]:
+    """What of a job its Pods show: a change of any makes them reconciled. A pending job's
+    start_time is Slurm's expected start (the Pod's expected-start annotation); the decision
+    lets it drift by seconds without a write (podview.EXPECTED_START_SLACK)."""
+    return (j.state, j.reason, j.nodes, j.preempted, j.start_time if j.state == PENDING else 0)
 
 
 class JobTracker:

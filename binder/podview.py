@@ -12,8 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract, podrequest, quantity, reasons
-from slurmgate.slurm import RELEASED_STATES, RUNNING, STOPPING_STATES, WAITING_STATES, JobInfo
-from slurmgate.timestamps import parse_time
+from slurmgate.slurm import (
+    PENDING,
+    RELEASED_STATES,
+    RUNNING,
+    STOPPING_STATES,
+    WAITING_STATES,
+    JobInfo,
+)
+from slurmgate.timestamps import format_time, parse_time
 
 Pod = dict[str, Any]
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -132,18 +139,40 @@ def needs_kill(job: JobInfo) -> bool:
     return job.state not in STOPPING_STATES
 
 
+def expected_start(job: JobInfo) -> float | None:
+    """When Slurm expects this waiting job to start: a pending job's start_time is its
+    backfill scheduler's plan (what `squeue --start` shows); 0 until it has one."""
+    return float(job.start_time) if job.state == PENDING and job.start_time > 0 else None
+
+
 def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
-    """The status annotations a Pod of this job converges to."""
+    """The status annotations a Pod of this job converges to (an empty value: none)."""
+    start = expected_start(job)
     st = {contract.A_JOB_ID: str(job.job_id), contract.A_JOB_STATE: job.state,
-          contract.A_JOB_REASON: job.reason if job.reason not in ("", "None") else ""}
+          contract.A_JOB_REASON: job.reason if job.reason not in ("", "None") else "",
+          contract.A_EXPECTED_START: format_time(start) if start is not None else ""}
     if slurm_node:
         st[contract.A_SLURM_NODE] = slurm_node
     return st
 
 
+# Slurm's backfill plans again every cycle and its expected start may drift by seconds as other
+# jobs end early: shown again only once it moved by more than this (or came or went), so that a
+# busy queue does not cost a Pod patch and an Event per cycle
+EXPECTED_START_SLACK = 30.0
+
+
 def stale_status(pod: Pod, want: dict[str, str]) -> bool:
     have = ann(pod)
-    return any(have.get(k, "") != v for k, v in want.items())
+    for k, v in want.items():
+        old = have.get(k, "")
+        if k == contract.A_EXPECTED_START and old and v:
+            a, b = parse_time(old), parse_time(v)
+            if a is not None and b is not None and abs(a - b) <= EXPECTED_START_SLACK:
+                continue
+        if old != v:
+            return True
+    return False
 
 
 # --- the Pod condition that shows Slurm's decision (contract.COND_ALLOCATED) ---
@@ -169,13 +198,27 @@ def _reason_word(slurm_reason: str, state: str) -> str:
     return word if slurm_reason not in ("", "None") and word else state.title().replace("_", "")
 
 
-def waiting_condition(job: JobInfo) -> Condition:
+def expected_start_words(job: JobInfo, shown: str | None = None) -> str:
+    """"; Slurm expects it to start at <time>" when Slurm has a plan for the job, else "".
+    `shown`: the time the Pod shows already, kept while the plan drifts within the slack (the
+    condition then says what the annotation says, and is not written again)."""
+    start = expected_start(job)
+    if start is None:
+        return ""
+    at = format_time(start)
+    if shown and (t := parse_time(shown)) is not None and abs(t - start) <= EXPECTED_START_SLACK:
+        at = shown
+    return f"; Slurm expects it to start at {at}"
+
+
+def waiting_condition(job: JobInfo, shown: str | None = None) -> Condition:
     why = f": {job.reason}" if job.reason not in ("", "None") else ""
     return {"type": contract.COND_ALLOCATED, "status": "False",
             "reason": _reason_word(job.reason, job.state),
             "message": f"Slurm job {job.job_id} is {job.state} in partition {job.partition}"
-                       f"{why}; the Pod stays gated ({contract.GATE}) until Slurm allocates "
-                       "a node"}
+                       f"{why}{expected_start_words(job, shown)}; the Pod stays gated "
+                       f"({contract.GATE})"
+                       " until Slurm allocates a node"}
 
 
 def allocated_condition(job_id: int | str, slurm_node: str, node: str) -> Condition:
@@ -231,7 +274,7 @@ def expected_condition(p: Pod, claim: str | None, job: JobInfo | None, gang: boo
         pending = ann(p).get(contract.A_JOB_STATE) == contract.JOB_STATE_SUBMIT_PENDING
         return submit_pending_condition() if pending and not bound(p) else None
     if job.state in WAITING_STATES and not bound(p):
-        return waiting_condition(job)
+        return waiting_condition(job, ann(p).get(contract.A_EXPECTED_START))
     slurm_node = ann(p).get(contract.A_SLURM_NODE)
     if job.state == RUNNING and not job.preempted and bound(p) and slurm_node:
         return allocated_condition(job.job_id, slurm_node, (p.get("spec") or {})["nodeName"])

@@ -47,12 +47,15 @@ A_JOB_STATE = f"{DOMAIN}/job-state"
 A_JOB_REASON = f"{DOMAIN}/job-reason"
 A_SLURM_NODE = f"{DOMAIN}/slurm-node"
 A_SUBMITTED_AT = f"{DOMAIN}/submitted-at"
+# When Slurm expects the waiting job to start (its backfill scheduler's plan, as `squeue --start`
+# shows it), an RFC 3339 UTC time; absent when Slurm has no plan for it yet, and once it runs.
+A_EXPECTED_START = f"{DOMAIN}/expected-start"
 # The terminationGracePeriodSeconds the Pod asked for, when admission lowered it to what its
 # partition's preemption GraceTime leaves (slurmgate/preemption.py, LONG_TERMINATION_GRACE)
 A_REQUESTED_GRACE = f"{DOMAIN}/requested-termination-grace"
 
 # What the binder mirrors from the Slurm job; a gang member sent back to waiting loses them.
-JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE)
+JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE, A_EXPECTED_START)
 # Every status annotation but the claim. A Pod copied from another may carry them: admission
 # drops them, never trusts them.
 STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT, A_REQUESTED_GRACE)

@@ -18,6 +18,11 @@ def parse_time(ts: object) -> float | None:
         return None
 
 
+def format_time(unix: float) -> str:
+    """Unix time as a Kubernetes timestamp (UTC, whole seconds)."""
+    return dt.datetime.fromtimestamp(unix, dt.UTC).strftime(TIME_FORMAT)
+
+
 def now_time() -> str:
     """Now, as a Kubernetes timestamp (Events, condition transition times)."""
     return dt.datetime.now(dt.UTC).strftime(TIME_FORMAT)

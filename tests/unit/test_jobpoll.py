@@ -107,6 +107,25 @@ async def test_a_changed_state_is_read_whole_and_applied() -> None:
     assert ("whole", [1]) not in slurm.calls
 
 
+async def test_a_pending_job_whose_planned_start_moved_is_applied() -> None:
+    """Backfill plans the job for later (its start_time, the Pod's expected start): the
+    periodic whole read of a pending job passes that on, as it does a new reason."""
+    slurm = Slurm("v0.0.42", [job(1, "PENDING", reason="Resources")])
+    t, seen = tracker(slurm)
+    await tick(t)
+    slurm.site[1] = dataclasses.replace(slurm.site[1], start_time=1_800_000_000)
+    seen.clear()
+    t.schedule.idle_at = float("-inf")  # a tick that asks about every job...
+    t.schedule.detail_at[1] = float("-inf")  # ...and reads this pending one whole
+    await tick(t)
+    assert ("whole", [1]) in slurm.calls
+    assert seen == [("c1", "PENDING")] and t.by_claim["c1"].start_time == 1_800_000_000
+    seen.clear()
+    t.schedule.idle_at = t.schedule.detail_at[1] = float("-inf")
+    await tick(t)  # read again, unchanged: nothing to apply
+    assert seen == []
+
+
 async def test_a_job_that_left_slurm_leaves_and_is_not_asked_again() -> None:
     slurm = Slurm("v0.0.42", [job(1, "PENDING")])
     t, seen = tracker(slurm, named={1})

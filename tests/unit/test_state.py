@@ -199,6 +199,31 @@ def test_waiting_pod_gets_a_false_condition_naming_job_reason_and_gate() -> None
     assert _cond(decide(pod(), job("PENDING", reason="None"), W))["reason"] == "Pending"
 
 
+def test_a_waiting_pod_shows_slurms_expected_start_and_loses_it_once_running() -> None:
+    planned = dataclasses.replace(job("PENDING", reason="Resources"), start_time=int(NOW) + 600)
+    d = decide(pod(), planned, W)
+    when = "1970-01-12T13:56:40Z"  # NOW + 600, UTC
+    assert d.action == state.STATUS and d.status[contract.A_EXPECTED_START] == when
+    assert when in d.message and when in _cond(d)["message"]
+    # no plan yet (start_time 0): no expected start, and nothing written for it
+    d = decide(pod(), job("PENDING", reason="Resources"), W)
+    assert d.status[contract.A_EXPECTED_START] == "" and "expects" not in _cond(d)["message"]
+    # a plan that moves is written again; one that stays is not
+    shown = pod(A_JOB_STATE="PENDING", A_JOB_REASON="Resources", A_EXPECTED_START=when)
+    assert decide(shown, planned, W).action == state.NOTHING
+    later = dataclasses.replace(planned, start_time=int(NOW) + 900)
+    assert decide(shown, later, W).status[contract.A_EXPECTED_START] == "1970-01-12T14:01:40Z"
+    # ...but a drift of seconds, as backfill plans again, costs no patch and no Event
+    drift = dataclasses.replace(planned, start_time=int(NOW) + 620)
+    assert decide(shown, drift, W).action == state.NOTHING
+    shown["status"]["conditions"] = [_cond(decide(shown, planned, W))]
+    assert decide(shown, drift, W).conditions == ()  # nor a condition write
+    # running: a RUNNING job's start_time is its real start, never shown as expected
+    d = decide(pod(A_EXPECTED_START=when), dataclasses.replace(
+        job("RUNNING", ("n1",)), start_time=int(NOW)), W)
+    assert d.action == state.BIND and d.status[contract.A_EXPECTED_START] == ""  # removed
+
+
 def test_condition_written_only_when_it_changes() -> None:
     d = decide(pod(), job("PENDING", reason="Priority"), W)
     p = pod()
