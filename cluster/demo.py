@@ -33,8 +33,10 @@ class Story:
         self.lc = lc
         self.out = out
         self.env = {**os.environ, **lc.env()}
-        # `squeue` and `sinfo` are the cluster's own release (wrappers that enter its root)
-        self.env["PATH"] = f"{lc.slurm.run_dir / 'bin'}:{os.environ.get('PATH', '')}"
+        # `squeue` and `sinfo` are the cluster's own release (wrappers that enter its root);
+        # `kubectl slurm` is the kubectl-slurm the package installed beside this Python
+        self.env["PATH"] = (f"{lc.slurm.run_dir / 'bin'}:{Path(sys.executable).parent}:"
+                            f"{os.environ.get('PATH', '')}")
 
     def say(self, text: str) -> None:
         print(f"\n\033[1m==> {text}\033[0m" if self.out.isatty() else f"\n==> {text}",
@@ -99,16 +101,23 @@ def run(lc: local.Local, out: TextIO = sys.stdout) -> dict[str, str]:
     wait_for("workers Running", lambda: all(
         s.pod(f"worker-{i}")["status"].get("phase") == "Running" for i in (1, 2, 3)), 60)
 
-    s.say("A fifth Pod: every Node is taken, so it waits, gated, with Slurm's reason")
+    s.say("A fifth Pod: every Node is taken, so it waits, gated, with Slurm's reason and when "
+          "Slurm expects it to start (the inference Pod's 2-hour limit ends)")
     s.show("kubectl", "apply", "-f", str(EXAMPLES / "waiting-pod.yaml"))
     wait_for("pending reason on the waiting Pod", lambda: s.pod("waits-for-a-node")[
         "metadata"]["annotations"].get(contract.A_JOB_REASON) in ("Resources", "Priority"), 30)
+    wait_for("Slurm's expected start on the waiting Pod", lambda: contract.A_EXPECTED_START in
+             s.pod("waits-for-a-node")["metadata"]["annotations"], 60)
     wait_for("Slurm's decision as a condition", lambda: any(
         c["type"] == contract.COND_ALLOCATED
         for c in s.pod("waits-for-a-node")["status"].get("conditions") or []), 30)
     s.show("kubectl", "get", "pods", "-o", "wide")
     seen["waiting"] = s.describe("waits-for-a-node")
     s.show("squeue", "-o", "%.6i %.9P %.28j %.8T %.10M %.6D %R")
+    s.say("The kubectl plugin: every marked Pod with its job and expected start, and who holds "
+          "each Node")
+    seen["plugin_pods"] = s.show("kubectl", "slurm", "pods")
+    seen["plugin_nodes"] = s.show("kubectl", "slurm", "nodes")
 
     s.say("A Pod too big for any Node beside its slurmd is refused at admission")
     seen["refusal"] = s.show("kubectl", "apply", "-f", str(EXAMPLES / "too-big-pod.yaml"),

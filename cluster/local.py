@@ -50,6 +50,8 @@ class Local:
             "SLURM_CONF": str(self.slurm.conf),
             "SLURMREST_URL": self.slurm.rest_url,
             "SLURM_TOKEN_FILE": str(self.slurm.token_file),
+            # the name slurmgate's processes and `kubectl slurm` read it by
+            "SLURM_JWT_FILE": str(self.slurm.token_file),
             "SLURMGATE_RUN_DIR": str(self.run_dir),
             "SLURM_VERSION": self.slurm.version,
         }

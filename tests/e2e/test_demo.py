@@ -32,6 +32,14 @@ def test_demo_story(local: Local, bridge: Bridge, demo_cleanup: None) -> None:
     assert "slurmgate.io/job-id:" in text and seen["job"] in text
     assert "SchedulingGated" in text
     assert "slurmgate.io/job-reason:" in seen["waiting"]
+    # when Slurm expects it to start (test_expected_start.py compares it with squeue --start)
+    assert f"{contract.A_EXPECTED_START}:" in seen["waiting"], seen["waiting"]
+    # the plugin: the waiting Pod with its expected start; every Node held by a Pod of ours
+    waiting = next(ln for ln in seen["plugin_pods"].splitlines() if "waits-for-a-node" in ln)
+    assert "PENDING" in waiting and re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", waiting), \
+        seen["plugin_pods"]
+    held = [ln for ln in seen["plugin_nodes"].splitlines()[1:] if " pod default/" in ln]
+    assert len(held) == 4, seen["plugin_nodes"]
     assert re.search(rf"{re.escape(contract.COND_ALLOCATED)}\s+False", seen["waiting"]), \
         seen["waiting"]
     assert "condition met" in text

@@ -1,0 +1,213 @@
+"""`kubectl slurm`: what Slurm decided, seen from Kubernetes, for users and operators.
+
+    kubectl slurm pods [-n NS | -A] [-o json]   marked Pods: job, state, reason, expected start
+    kubectl slurm nodes [-o json]               Slurm-labelled Nodes: Slurm's state, who holds it
+
+Installed with the Python package as `kubectl-slurm`, which kubectl runs as the `slurm` plugin
+(krew's naming). It reads the API server (the current kubeconfig context) and, for `nodes`,
+slurmrestd (SLURMREST_URL, SLURM_JWT_FILE and SLURM_USER, as the binder reads them); it writes
+nothing. `pods` needs no Slurm call: the binder mirrors every job's state onto its Pods.
+
+Slurm calls of `nodes` (docs/operator-guide.md weighs them on a busy site): one GET /node/{name}
+per Slurm-labelled Node, and for each such node Slurm calls allocated to no Pod of ours, one
+slurmdbd query for the jobs running there (filtered by node and state in slurmdbd: its cost
+follows that node's jobs, not the site's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import quote
+
+from slurmgate import contract, hostlist
+from slurmgate.config import SlurmSettings
+from slurmgate.kube import KubeClient, KubeError, load_config
+from slurmgate.slurm import SlurmClient, SlurmError, SlurmUnavailable
+from slurmgate.slurm.accounting import ERRNO_NOTHING_FOUND
+from slurmgate.slurm.dialects import job_state, num
+
+MARKED = f"{contract.MARK_LABEL}={contract.MARK_VALUE}"
+NONE = "-"
+# a Slurm node in one of these states runs something; ask slurmdbd what, when no Pod of ours does
+BUSY_STATES = ("ALLOCATED", "MIXED", "COMPLETING")
+
+
+@dataclass(frozen=True)
+class PodRow:
+    namespace: str
+    name: str
+    job: str
+    state: str
+    reason: str
+    expected_start: str
+    partition: str
+    account: str
+    node: str
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    slurm_node: str
+    slurm_state: str
+    kubernetes: str  # Ready, NotReady, and SchedulingDisabled when cordoned
+    tainted: bool  # the taint that keeps other Pods off a Slurm Node
+    held_by: str
+
+
+def _ann(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def pod_row(p: dict[str, Any]) -> PodRow:
+    meta, a = p.get("metadata") or {}, _ann(p)
+    return PodRow(namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                  job=a.get(contract.A_JOB_ID, NONE), state=a.get(contract.A_JOB_STATE, NONE),
+                  reason=a.get(contract.A_JOB_REASON) or NONE,
+                  expected_start=a.get(contract.A_EXPECTED_START, NONE),
+                  partition=a.get(contract.A_PARTITION, NONE),
+                  account=a.get(contract.A_ACCOUNT, NONE),
+                  node=(p.get("spec") or {}).get("nodeName") or NONE)
+
+
+def _kube_state(n: dict[str, Any]) -> str:
+    ready = next((c.get("status") for c in (n.get("status") or {}).get("conditions") or []
+                  if c.get("type") == "Ready"), "Unknown")
+    word = "Ready" if ready == "True" else "NotReady"
+    return f"{word},SchedulingDisabled" if (n.get("spec") or {}).get("unschedulable") else word
+
+
+def _tainted(n: dict[str, Any]) -> bool:
+    return any(t.get("key") == contract.TAINT_KEY
+               for t in (n.get("spec") or {}).get("taints") or [])
+
+
+def _pods_by_node(pods: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in pods:
+        r = pod_row(p)
+        if r.node != NONE and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            out.setdefault(r.node, []).append(f"pod {r.namespace}/{r.name} (job {r.job})")
+    return out
+
+
+def running_on(data: dict[str, Any], slurm_node: str) -> list[str]:
+    """The jobs of slurmdbd's answer running on `slurm_node`, as "job N (user U, partition P)".
+    The node and state are checked here too: a server that ignored the filter costs more but
+    does not mislead."""
+    out = []
+    for j in data.get("jobs") or []:
+        st = j.get("state")
+        state, _ = job_state(st.get("current") if isinstance(st, dict) else st)
+        try:
+            nodes = hostlist.expand(j.get("nodes"))
+        except ValueError:
+            continue
+        if state == "RUNNING" and slurm_node in nodes:
+            out.append(f"job {num(j.get('job_id'))} (user {j.get('user') or '?'}, "
+                       f"partition {j.get('partition') or '?'})")
+    return out
+
+
+async def _slurm_holders(slurm: SlurmClient, slurm_node: str) -> str:
+    d = await slurm.dialect()
+    if not (slurm.serves_dbd_jobs and d.dbd_jobs):
+        return "a Slurm job (no slurmdbd to ask which)"
+    # no time window: with a state, slurmdbd then asks what is in that state now (as sacct
+    # -s R does); a window with it finds nothing on 22.05
+    q = f"skip_steps=true&state=RUNNING&node={quote(slurm_node, safe='')}"
+    try:
+        data = await slurm.get(f"/slurmdb/{d.version}/jobs/", query=q, what="jobs on a node")
+    except SlurmUnavailable:
+        raise
+    except SlurmError as e:
+        if ERRNO_NOTHING_FOUND not in e.errnos:  # 22.05's empty answer
+            raise
+        data = {}
+    return ", ".join(running_on(data, slurm_node)) or "a Slurm job (slurmdbd has none yet)"
+
+
+async def node_rows(kube: KubeClient, slurm: SlurmClient | None) -> list[NodeRow]:
+    nodes, _ = await kube.list("/api/v1/nodes", labelSelector=contract.NODE_LABEL)
+    pods, _ = await kube.list("/api/v1/pods", labelSelector=MARKED)
+    held = _pods_by_node(pods)
+    rows = []
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = n["metadata"]["name"]
+        slurm_node = (n["metadata"].get("labels") or {})[contract.NODE_LABEL]
+        state, holder = "?", ", ".join(held.get(name, [])) or NONE
+        if slurm is not None:
+            try:
+                info = await slurm.node(slurm_node)
+                state = "(not in Slurm)" if info is None else info.state
+                if holder == NONE and info is not None and info.state in BUSY_STATES:
+                    holder = await _slurm_holders(slurm, slurm_node)
+            except SlurmError as e:
+                state = f"? ({e})"[:60]
+        rows.append(NodeRow(name, slurm_node, state, _kube_state(n), _tainted(n), holder))
+    return rows
+
+
+def table(rows: Sequence[Any], headers: Sequence[str]) -> str:
+    """Columns as wide as their widest cell, as kubectl prints them."""
+    cells = [list(headers)] + [[str(v) for v in asdict(r).values()] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in cells)
+
+
+POD_HEADERS = ("NAMESPACE", "NAME", "JOB", "STATE", "REASON", "EXPECTED-START", "PARTITION",
+               "ACCOUNT", "NODE")
+NODE_HEADERS = ("NODE", "SLURM-NODE", "SLURM-STATE", "KUBERNETES", "TAINTED", "HELD-BY")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kubectl slurm", description=__doc__.split("\n\n")[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("pods", "nodes"))
+    ap.add_argument("-n", "--namespace", help="only this namespace (pods)")
+    ap.add_argument("-A", "--all-namespaces", action="store_true",
+                    help="every namespace (pods; the default without -n)")
+    ap.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    ap.add_argument("--kubeconfig", default=None)
+    return ap
+
+
+async def run(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> str:
+    a = _parser().parse_args(argv)
+    async with KubeClient(load_config(a.kubeconfig)) as kube:
+        rows: Sequence[Any]
+        headers: Sequence[str]
+        if a.what == "pods":
+            path = (f"/api/v1/namespaces/{a.namespace}/pods" if a.namespace and
+                    not a.all_namespaces else "/api/v1/pods")
+            pods, _ = await kube.list(path, labelSelector=MARKED)
+            rows = sorted((pod_row(p) for p in pods), key=lambda r: (r.namespace, r.name))
+            headers = POD_HEADERS
+        else:
+            s = SlurmSettings.from_env(os.environ if env is None else env)
+            async with SlurmClient(s.url, s.token_file, s.user) as slurm:
+                rows = await node_rows(kube, slurm)
+            headers = NODE_HEADERS
+    if a.output == "json":
+        return json.dumps([asdict(r) for r in rows], indent=2)
+    return table(rows, headers)
+
+
+def main() -> None:
+    try:
+        print(asyncio.run(run()))
+    except (OSError, KubeError, SlurmError, ValueError) as e:
+        print(f"kubectl slurm: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""`kubectl slurm`'s pure parts: a Pod's row from its annotations, the holders slurmdbd names,
+the table. The e2e test (tests/e2e/test_kubectl_plugin.py) runs it against the real cluster."""
+
+from __future__ import annotations
+
+from slurmgate import contract
+from slurmgate.kubectl_plugin import (
+    NODE_HEADERS,
+    NodeRow,
+    _kube_state,
+    _pods_by_node,
+    pod_row,
+    running_on,
+    table,
+)
+
+
+def pod(name: str, node: str = "", phase: str = "Pending", **ann: str) -> dict:
+    return {"metadata": {"namespace": "ns", "name": name, "annotations": ann},
+            "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+
+
+def test_a_pods_row_is_what_its_annotations_say() -> None:
+    r = pod_row(pod("w", **{contract.A_JOB_ID: "7", contract.A_JOB_STATE: "PENDING",
+                            contract.A_JOB_REASON: "Resources",
+                            contract.A_EXPECTED_START: "2026-12-07T02:00:00Z",
+                            contract.A_PARTITION: "k8s"}))
+    assert (r.job, r.state, r.reason, r.expected_start, r.partition, r.account, r.node) == (
+        "7", "PENDING", "Resources", "2026-12-07T02:00:00Z", "k8s", "-", "-")
+    # a Pod the webhook has not seen (nothing yet) shows dashes, not a crash
+    assert pod_row({"metadata": {"name": "x"}}).job == "-"
+
+
+def test_only_pods_still_on_a_node_hold_it() -> None:
+    held = _pods_by_node([pod("a", "kwok-n1", "Running", **{contract.A_JOB_ID: "3"}),
+                          pod("done", "kwok-n2", "Succeeded"), pod("gated")])
+    assert held == {"kwok-n1": ["pod ns/a (job 3)"]}
+
+
+def test_holders_are_running_jobs_on_that_node_whatever_the_server_filtered() -> None:
+    # a server that ignored the node and state filters answers other nodes' and ended jobs
+    data = {"jobs": [
+        {"job_id": 5, "state": {"current": ["RUNNING"]}, "nodes": "n[1-2]", "user": "ada",
+         "partition": "hpc"},
+        {"job_id": 6, "state": {"current": ["RUNNING"]}, "nodes": "n3", "user": "bob"},
+        {"job_id": 7, "state": {"current": ["COMPLETED"]}, "nodes": "n2", "user": "cy"},
+        {"job_id": 8, "state": "RUNNING", "nodes": "n[2", "user": "bad hostlist"},
+    ]}
+    assert running_on(data, "n2") == ["job 5 (user ada, partition hpc)"]
+    assert running_on({}, "n2") == []
+
+
+def test_kubernetes_state_says_cordoned() -> None:
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert _kube_state(ready) == "Ready"
+    assert _kube_state({**ready, "spec": {"unschedulable": True}}) == "Ready,SchedulingDisabled"
+    assert _kube_state({}) == "NotReady"
+
+
+def test_the_table_aligns_its_columns() -> None:
+    out = table([NodeRow("kwok-n1", "n1", "IDLE", "Ready", True, "-"),
+                 NodeRow("kwok-n10", "n10", "ALLOCATED", "Ready", True, "pod ns/a (job 3)")],
+                NODE_HEADERS).splitlines()
+    assert out[0].split() == list(NODE_HEADERS)
+    starts = {ln.index(ln.split()[1], len(ln.split()[0])) for ln in out}
+    assert len(starts) == 1, out  # the second column starts at one place on every line
