@@ -2,11 +2,13 @@
 
     kubectl slurm pods [-n NS | -A] [-o json]   marked Pods: job, state, reason, expected start
     kubectl slurm nodes [-o json]               Slurm-labelled Nodes: Slurm's state, who holds it
+    kubectl slurm explain POD [-n NS] [-o json] one Pod's journey: admission, job, Events
 
 Installed with the Python package as `kubectl-slurm`, which kubectl runs as the `slurm` plugin
 (krew's naming). It reads the API server (the current kubeconfig context) and, for `nodes`,
 slurmrestd (SLURMREST_URL, SLURM_JWT_FILE and SLURM_USER, as the binder reads them); it writes
-nothing. `pods` needs no Slurm call: the binder mirrors every job's state onto its Pods.
+nothing. `pods` needs no Slurm call: the binder mirrors every job's state onto its Pods;
+`explain` reads that Pod's job (one GET /job/{id}).
 
 Slurm calls of `nodes` (docs/operator-guide.md weighs them on a busy site): one GET /node/{name}
 per Slurm-labelled Node, and for each such node Slurm calls allocated to no Pod of ours, one
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -29,9 +32,10 @@ from urllib.parse import quote
 from slurmgate import contract, hostlist
 from slurmgate.config import SlurmSettings
 from slurmgate.kube import KubeClient, KubeError, load_config
-from slurmgate.slurm import SlurmClient, SlurmError, SlurmUnavailable
+from slurmgate.slurm import PENDING, JobInfo, SlurmClient, SlurmError, SlurmUnavailable
 from slurmgate.slurm.accounting import ERRNO_NOTHING_FOUND
 from slurmgate.slurm.dialects import job_state, num
+from slurmgate.timestamps import format_time
 
 MARKED = f"{contract.MARK_LABEL}={contract.MARK_VALUE}"
 NONE = "-"
@@ -155,6 +159,80 @@ async def node_rows(kube: KubeClient, slurm: SlurmClient | None) -> list[NodeRow
     return rows
 
 
+def _when(unix: int) -> str:
+    return format_time(unix) if unix > 0 else NONE
+
+
+def job_view(job: JobInfo | None, job_id: str) -> dict[str, Any]:
+    """What Slurm says of the Pod's job now."""
+    if job is None:
+        return {"job_id": job_id, "known_to_slurm": False}
+    return {"job_id": job.job_id, "known_to_slurm": True, "state": job.state,
+            "reason": job.reason, "partition": job.partition, "user": job.user or NONE,
+            "nodes": list(job.nodes), "submitted": _when(job.submit_time),
+            # a pending job's start_time is Slurm's plan, a running one's its real start
+            ("expected_start" if job.state == PENDING else "started"): _when(job.start_time),
+            "restarts": job.restarts, "preempted": job.preempted}
+
+
+def explanation(p: dict[str, Any], job: dict[str, Any] | None,
+                events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+    cond = next((c for c in (p.get("status") or {}).get("conditions") or []
+                 if c.get("type") == contract.COND_ALLOCATED), None)
+    gated = any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
+    return {
+        "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+        "phase": (p.get("status") or {}).get("phase"),
+        "node": spec.get("nodeName") or NONE, "gated": gated,
+        "condition": cond,
+        "annotations": {k: v for k, v in _ann(p).items()
+                        if k.startswith(f"{contract.DOMAIN}/")},
+        "job": job,
+        "events": [{"time": e.get("lastTimestamp") or e.get("eventTime") or NONE,
+                    "type": e.get("type"), "reason": e.get("reason"),
+                    "count": e.get("count") or 1, "message": e.get("message")}
+                   for e in events],
+    }
+
+
+def explain_text(x: dict[str, Any]) -> str:
+    lines = [f"Pod {x['pod']}: {x['phase']}, on Node {x['node']}"
+             + (f", gated ({contract.GATE})" if x["gated"] else "")]
+    if c := x["condition"]:
+        lines.append(f"  {contract.COND_ALLOCATED}={c.get('status')} ({c.get('reason')}): "
+                     f"{c.get('message')}")
+    lines.append("Annotations:")
+    lines += [f"  {k}: {v}" for k, v in sorted(x["annotations"].items())] or ["  (none)"]
+    j = x["job"]
+    if j is None:
+        lines.append("Slurm: no job yet")
+    elif not j["known_to_slurm"]:
+        lines.append(f"Slurm: job {j['job_id']} is no longer known to Slurm")
+    else:
+        lines.append(f"Slurm job {j['job_id']}: " + ", ".join(
+            f"{k} {','.join(v) if isinstance(v, list) else v}" for k, v in j.items()
+            if k not in ("job_id", "known_to_slurm")))
+    lines.append("Events (oldest first):")
+    lines += [f"  {e['time']}  {e['type']:<8} {e['reason']:<24} {e['message']}"
+              + (f" (x{e['count']})" if e["count"] > 1 else "") for e in x["events"]] or [
+        "  (none)"]
+    return "\n".join(lines)
+
+
+async def explain(kube: KubeClient, slurm: SlurmClient | None, ns: str,
+                  name: str) -> dict[str, Any]:
+    p = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+    events, _ = await kube.list(f"/api/v1/namespaces/{ns}/events",
+                                fieldSelector=f"involvedObject.uid={p['metadata']['uid']}")
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    job_id = _ann(p).get(contract.A_JOB_ID, "")
+    job = None
+    if job_id.isdigit() and slurm is not None:
+        job = job_view(await slurm.job(int(job_id)), job_id)
+    return explanation(p, job, events)
+
+
 def table(rows: Sequence[Any], headers: Sequence[str]) -> str:
     """Columns as wide as their widest cell, as kubectl prints them."""
     cells = [list(headers)] + [[str(v) for v in asdict(r).values()] for r in rows]
@@ -171,8 +249,10 @@ NODE_HEADERS = ("NODE", "SLURM-NODE", "SLURM-STATE", "KUBERNETES", "TAINTED", "H
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kubectl slurm", description=__doc__.split("\n\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("pods", "nodes"))
-    ap.add_argument("-n", "--namespace", help="only this namespace (pods)")
+    ap.add_argument("what", choices=("pods", "nodes", "explain"))
+    ap.add_argument("pod", nargs="?", help="the Pod (explain)")
+    ap.add_argument("-n", "--namespace", help="only this namespace (pods); the Pod's (explain, "
+                    "default: default)")
     ap.add_argument("-A", "--all-namespaces", action="store_true",
                     help="every namespace (pods; the default without -n)")
     ap.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -181,10 +261,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def run(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> str:
-    a = _parser().parse_args(argv)
-    async with KubeClient(load_config(a.kubeconfig)) as kube:
+    ap = _parser()
+    a = ap.parse_args(argv)
+    if (a.what == "explain") != (a.pod is not None):
+        ap.error("explain takes one Pod name; pods and nodes take none")
+    s = SlurmSettings.from_env(os.environ if env is None else env)
+    async with contextlib.AsyncExitStack() as stack:
+        kube = await stack.enter_async_context(KubeClient(load_config(a.kubeconfig)))
+        # `pods` asks no Slurm: it runs where slurmrestd is out of reach
+        slurm = (None if a.what == "pods" else
+                 await stack.enter_async_context(SlurmClient(s.url, s.token_file, s.user)))
         rows: Sequence[Any]
         headers: Sequence[str]
+        if a.what == "explain":
+            x = await explain(kube, slurm, a.namespace or "default", a.pod)
+            return json.dumps(x, indent=2) if a.output == "json" else explain_text(x)
         if a.what == "pods":
             path = (f"/api/v1/namespaces/{a.namespace}/pods" if a.namespace and
                     not a.all_namespaces else "/api/v1/pods")
@@ -192,9 +283,7 @@ async def run(argv: Sequence[str] | None = None, env: dict[str, str] | None = No
             rows = sorted((pod_row(p) for p in pods), key=lambda r: (r.namespace, r.name))
             headers = POD_HEADERS
         else:
-            s = SlurmSettings.from_env(os.environ if env is None else env)
-            async with SlurmClient(s.url, s.token_file, s.user) as slurm:
-                rows = await node_rows(kube, slurm)
+            rows = await node_rows(kube, slurm)
             headers = NODE_HEADERS
     if a.output == "json":
         return json.dumps([asdict(r) for r in rows], indent=2)

@@ -14,7 +14,7 @@ import pytest
 
 from cluster.bridge import Bridge
 from cluster.local import Local, k8s_node_name
-from slurmgate import contract
+from slurmgate import contract, reasons
 from tests.e2e.conftest import Kubectl, marked_pod, slurm_cli, wait_until
 from tests.e2e.faultkit import ann, wait_bound
 
@@ -81,6 +81,19 @@ def test_pods_and_nodes_show_who_holds_each_node(local: Local, admin: Kubectl, b
         assert by_node[pod["spec"]["nodeName"]]["held_by"] == f"pod {ns}/one (job {job})"
         held = by_node[k8s_node_name(batch_node)]
         assert held["slurm_state"] == "ALLOCATED", held
+
+        # one Pod's journey: what the API server and Slurm hold of it, in one place
+        x = json.loads(plugin(local, "explain", "waits", "-n", ns, "-o", "json"))
+        wjob = ann(waits)[contract.A_JOB_ID]
+        assert x["pod"] == f"{ns}/waits" and x["gated"] and x["node"] == "-"
+        assert x["annotations"][contract.A_JOB_ID] == wjob
+        st = slurm_cli(local, "squeue", "-h", "-j", wjob, "-o", "%T %P %u").split()
+        assert [x["job"]["state"], x["job"]["partition"], x["job"]["user"]] == st, (x, st)
+        assert x["condition"]["status"] == "False"
+        assert reasons.EV_JOB_PENDING in [e["reason"] for e in x["events"]], x["events"]
+        text = plugin(local, "explain", "one", "-n", ns)
+        assert text.startswith(f"Pod {ns}/one: Running, on Node {pod['spec']['nodeName']}"), text
+        assert f"Slurm job {job}: state RUNNING" in text and reasons.EV_BOUND in text, text
 
         table = plugin(local, "nodes").splitlines()
         assert table[0].split() == ["NODE", "SLURM-NODE", "SLURM-STATE", "KUBERNETES",

@@ -9,10 +9,14 @@ from slurmgate.kubectl_plugin import (
     NodeRow,
     _kube_state,
     _pods_by_node,
+    explain_text,
+    explanation,
+    job_view,
     pod_row,
     running_on,
     table,
 )
+from slurmgate.slurm import JobInfo
 
 
 def pod(name: str, node: str = "", phase: str = "Pending", **ann: str) -> dict:
@@ -64,3 +68,27 @@ def test_the_table_aligns_its_columns() -> None:
     assert out[0].split() == list(NODE_HEADERS)
     starts = {ln.index(ln.split()[1], len(ln.split()[0])) for ln in out}
     assert len(starts) == 1, out  # the second column starts at one place on every line
+
+
+def test_explain_puts_the_pod_its_job_and_its_events_on_one_screen() -> None:
+    p = pod("w", **{contract.A_JOB_ID: "7", contract.A_JOB_STATE: "PENDING",
+                    "other.io/x": "not ours"})
+    p["spec"]["schedulingGates"] = [{"name": contract.GATE}]
+    p["status"]["conditions"] = [{"type": contract.COND_ALLOCATED, "status": "False",
+                                  "reason": "Resources", "message": "job 7 waits"}]
+    job = job_view(JobInfo(job_id=7, name="n", state="PENDING", reason="Resources", nodes=(),
+                           comment="", partition="k8s", submit_time=1_800_000_000,
+                           start_time=1_800_000_600, end_time=0, user="ada"), "7")
+    assert job["expected_start"] == "2027-01-15T08:10:00Z" and "started" not in job
+    ev = [{"lastTimestamp": "t1", "type": "Normal", "reason": "SlurmJobPending",
+           "message": "job 7 PENDING", "count": 3}]
+    x = explanation(p, job, ev)
+    assert x["gated"] and x["annotations"] == {contract.A_JOB_ID: "7",
+                                                contract.A_JOB_STATE: "PENDING"}
+    text = explain_text(x)
+    assert text.splitlines()[0] == f"Pod ns/w: Pending, on Node -, gated ({contract.GATE})"
+    assert "Slurm job 7: state PENDING, reason Resources, partition k8s, user ada" in text
+    assert "SlurmJobPending" in text and "(x3)" in text
+    # a job Slurm forgot, and a Pod with no job yet, say so
+    assert "no longer known to Slurm" in explain_text(explanation(p, job_view(None, "7"), []))
+    assert "Slurm: no job yet" in explain_text(explanation(pod("new"), None, []))
