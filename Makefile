@@ -26,10 +26,10 @@ BENCH_ARGS ?= --profile
 export SLURMGATE_RUN_DIR := $(RUN_DIR)
 export SLURM_VERSION
 
-.PHONY: deps apt venv binaries slurm-root lint typecheck test test-unit test-e2e test-faults \
+.PHONY: deps apt venv binaries promtool slurm-root lint typecheck test test-unit test-e2e test-faults \
         test-matrix test-incluster record-fixtures cluster-up cluster-down deploy undeploy demo bench chaos test-chaos clean
 
-deps: apt venv binaries slurm-root
+deps: apt venv binaries slurm-root promtool
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -49,6 +49,19 @@ $(VENV)/.installed: pyproject.toml
 
 binaries:
 	bash cluster/build-binaries.sh >/dev/null
+
+# promtool checks the monitoring component's alert rules (tests/unit/test_monitoring.py). Only the
+# binary is taken from Debian's prometheus package (unpacked, not installed: no server, no
+# daemon), cached outside the checkout.
+PROMTOOL ?= $(HOME)/.cache/slurmgate/promtool/promtool
+export PROMTOOL
+promtool: $(PROMTOOL)
+$(PROMTOOL):
+	rm -rf $(@D) && mkdir -p $(@D)/deb
+	cd $(@D)/deb && { apt-get download prometheus 2>/dev/null || \
+	  { apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(@D)/deb/prometheus_*.deb $(@D)/deb/root
+	cp $(@D)/deb/root/usr/bin/promtool $@ && rm -rf $(@D)/deb
 
 # 22.05 is the host's package (apt above); newer releases run from a cached Debian root
 slurm-root:
@@ -74,7 +87,7 @@ test: deps lint typecheck
 	  $(if $(E2E_SELECT),-m "$(E2E_SELECT)") --durations=15 $(PYTEST_ARGS)
 
 # needs no cluster and no deps beyond the venv: seconds on a warm machine
-test-unit: venv
+test-unit: venv promtool
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 test-e2e: deps

@@ -18,7 +18,7 @@ from slurmgate.kube import KubeClient
 from slurmgate.logs import kv
 from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
 
-from . import actions, decide, lostjobs, metrics
+from . import actions, decide, lostjobs, metrics, podview
 from .actions import Actions
 from .config import ReconcileSettings
 from .decision import Decision, Unit, World
@@ -251,7 +251,7 @@ class Controller:
         for req in list(self.index.gone_claims):
             self.index.forget_gone(req, self.jobs.get)
         now = time.time()
-        gated = stuck = 0
+        gated = stuck = overdue = 0
         for claim, job in list(self.jobs.by_claim.items()):
             key = self.index.key_by_claim.get(claim)
             if key is None:
@@ -268,12 +268,14 @@ class Controller:
             if pod is None or (pod.get("spec") or {}).get("nodeName"):
                 continue
             gated += 1
+            overdue += podview.overdue(pod, now)
             seen = self.jobs.seen_running_at.get(job.job_id)
             if job.state == RUNNING and seen and time.monotonic() - seen > STUCK_AFTER:
                 stuck += 1
                 self.queue.add(self.index.request(key_of(pod)))
         metrics.GATED.set(gated)
         metrics.STUCK.set(stuck)
+        metrics.OVERDUE.set(overdue)
         for node in await self.nodesync.drifted():  # e.g. a drain undone behind our back
             self.node_queue.add(node)
 

@@ -38,6 +38,9 @@ JOB_CHANGES = Counter("slurmgate_binder_job_changes_total", "Job changes seen in
 GATED = Gauge("slurmgate_binder_gated_pods", "Pods waiting on Slurm", registry=REGISTRY)
 STUCK = Gauge("slurmgate_binder_stuck_pods",
               "Pods unbound although their job has been RUNNING for over 30s", registry=REGISTRY)
+OVERDUE = Gauge("slurmgate_binder_overdue_pods",
+                "Pods still waiting over 5 minutes past the start Slurm expected for them (their "
+                "slurmgate.io/expected-start)", registry=REGISTRY)
 UNTAINTED = Gauge("slurmgate_binder_untainted_slurm_nodes",
                   "Nodes with a Slurm node label but without the slurmgate.io/slurm-managed "
                   "taint: other Pods may land beside Slurm jobs there", registry=REGISTRY)

@@ -162,6 +162,17 @@ def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
 EXPECTED_START_SLACK = 30.0
 
 
+# Slurm's expected start is a plan that slips as jobs ahead run to their limits; a waiting Pod
+# counts as overdue (slurmgate_binder_overdue_pods, an alert) only once it is this far past it
+OVERDUE_AFTER = 300.0
+
+
+def overdue(pod: Pod, now: float) -> bool:
+    """The Pod waits although Slurm expected its job to start over OVERDUE_AFTER ago."""
+    expected = parse_time(ann(pod).get(contract.A_EXPECTED_START))
+    return expected is not None and not bound(pod) and now - expected > OVERDUE_AFTER
+
+
 def stale_status(pod: Pod, want: dict[str, str]) -> bool:
     have = ann(pod)
     for k, v in want.items():

@@ -8,6 +8,7 @@ import pytest
 
 from slurmgate import contract, reasons
 from slurmgate.binder import decide as state
+from slurmgate.binder.podview import OVERDUE_AFTER, overdue
 from slurmgate.slurm import (
     ENDED_STATES,
     ENDING_STATES,
@@ -15,6 +16,7 @@ from slurmgate.slurm import (
     WAITING_STATES,
     JobInfo,
 )
+from slurmgate.timestamps import format_time
 
 NOW = 1_000_000.0
 NODES = {"n1": state.NodeRef("kwok-n1", False), "n2": state.NodeRef("kwok-n2", True)}
@@ -328,3 +330,12 @@ def test_a_pod_whose_job_was_given_back_waits_for_a_new_one() -> None:
     # bound Pods are never covered by the word: their job's end takes the Node back
     bound_pod = pod(False, "kwok-n1", "Running", A_JOB_STATE=contract.JOB_STATE_GIVEN_BACK)
     assert decide(bound_pod, job("CANCELLED"), W).action == state.EVICT
+
+
+def test_a_pod_is_overdue_only_well_past_its_expected_start_and_while_it_waits() -> None:
+    p = pod(A_EXPECTED_START=format_time(NOW))
+    assert not overdue(p, NOW + OVERDUE_AFTER - 1)  # a plan slips by minutes: not yet
+    assert overdue(p, NOW + OVERDUE_AFTER + 1)
+    assert not overdue(pod(), NOW + 10 * OVERDUE_AFTER)  # no plan, nothing to be late for
+    bound_pod = pod(gated=False, node="kwok-n1", A_EXPECTED_START=format_time(NOW))
+    assert not overdue(bound_pod, NOW + 10 * OVERDUE_AFTER)
