@@ -8,8 +8,12 @@
 #                               directory of its own so the control plane's stays complete
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# K8S_VERSION from the environment picks another Kubernetes release (its own cache directory);
+# versions.env pins the default
+k8s_wanted=${K8S_VERSION:-}
 # shellcheck source=versions.env
 source "$here/versions.env"
+K8S_VERSION=${k8s_wanted:-$K8S_VERSION}
 cache_root=${SLURMGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmgate}
 mode=${1:-control-plane}
 case "$mode" in
