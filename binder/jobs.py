@@ -22,7 +22,6 @@ from slurmgate.slurm import (
     CONFIGURING,
     ENDING_STATES,
     IN_FLIGHT_STATES,
-    PENDING,
     RUNNING,
     SUSPENDED,
     WAITING_STATES,
@@ -46,7 +45,7 @@ def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool, int]:
     """What of a job its Pods show: a change of any makes them reconciled. A pending job's
     start_time is Slurm's expected start (the Pod's expected-start annotation); the decision
     lets it drift by seconds without a write (podview.EXPECTED_START_SLACK)."""
-    return (j.state, j.reason, j.nodes, j.preempted, j.start_time if j.state == PENDING else 0)
+    return (j.state, j.reason, j.nodes, j.preempted, j.expected_start or 0)
 
 
 class JobTracker:

@@ -13,7 +13,6 @@ from typing import Any
 
 from slurmgate import contract, podrequest, quantity, reasons
 from slurmgate.slurm import (
-    PENDING,
     RELEASED_STATES,
     RUNNING,
     STOPPING_STATES,
@@ -139,15 +138,9 @@ def needs_kill(job: JobInfo) -> bool:
     return job.state not in STOPPING_STATES
 
 
-def expected_start(job: JobInfo) -> float | None:
-    """When Slurm expects this waiting job to start: a pending job's start_time is its
-    backfill scheduler's plan (what `squeue --start` shows); 0 until it has one."""
-    return float(job.start_time) if job.state == PENDING and job.start_time > 0 else None
-
-
 def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
     """The status annotations a Pod of this job converges to (an empty value: none)."""
-    start = expected_start(job)
+    start = job.expected_start
     st = {contract.A_JOB_ID: str(job.job_id), contract.A_JOB_STATE: job.state,
           contract.A_JOB_REASON: job.reason if job.reason not in ("", "None") else "",
           contract.A_EXPECTED_START: format_time(start) if start is not None else ""}
@@ -173,14 +166,18 @@ def overdue(pod: Pod, now: float) -> bool:
     return expected is not None and not bound(pod) and now - expected > OVERDUE_AFTER
 
 
+def _same_plan(shown: str, start: float | None) -> bool:
+    """The expected start the Pod shows is, within the slack, Slurm's plan `start`."""
+    t = parse_time(shown) if shown else None
+    return t is not None and start is not None and abs(t - start) <= EXPECTED_START_SLACK
+
+
 def stale_status(pod: Pod, want: dict[str, str]) -> bool:
     have = ann(pod)
     for k, v in want.items():
         old = have.get(k, "")
-        if k == contract.A_EXPECTED_START and old and v:
-            a, b = parse_time(old), parse_time(v)
-            if a is not None and b is not None and abs(a - b) <= EXPECTED_START_SLACK:
-                continue
+        if k == contract.A_EXPECTED_START and v and _same_plan(old, parse_time(v)):
+            continue
         if old != v:
             return True
     return False
@@ -213,11 +210,11 @@ def expected_start_words(job: JobInfo, shown: str | None = None) -> str:
     """"; Slurm expects it to start at <time>" when Slurm has a plan for the job, else "".
     `shown`: the time the Pod shows already, kept while the plan drifts within the slack (the
     condition then says what the annotation says, and is not written again)."""
-    start = expected_start(job)
+    start = job.expected_start
     if start is None:
         return ""
     at = format_time(start)
-    if shown and (t := parse_time(shown)) is not None and abs(t - start) <= EXPECTED_START_SLACK:
+    if shown and _same_plan(shown, start):
         at = shown
     return f"; Slurm expects it to start at {at}"
 

@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import quote
 
-from slurmgate import contract, hostlist
+from slurmgate import contract, names
 from slurmgate.config import SlurmSettings
 from slurmgate.kube import KubeClient, KubeError, load_config
-from slurmgate.slurm import PENDING, JobInfo, SlurmClient, SlurmError, SlurmUnavailable
-from slurmgate.slurm.accounting import ERRNO_NOTHING_FOUND
-from slurmgate.slurm.dialects import job_state, num
+from slurmgate.slurm import PENDING, JobInfo, SlurmClient, SlurmError, accounting
+from slurmgate.slurm.dialects import num
 from slurmgate.timestamps import format_time
 
 MARKED = f"{contract.MARK_LABEL}={contract.MARK_VALUE}"
@@ -102,43 +99,16 @@ def _pods_by_node(pods: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def running_on(data: dict[str, Any], slurm_node: str) -> list[str]:
-    """The jobs of slurmdbd's answer running on `slurm_node`, as "job N (user U, partition P)".
-    The node and state are checked here too: a server that ignored the filter costs more but
-    does not mislead."""
-    out = []
-    for j in data.get("jobs") or []:
-        st = j.get("state")
-        state, _ = job_state(st.get("current") if isinstance(st, dict) else st)
-        try:
-            nodes = hostlist.expand(j.get("nodes"))
-        except ValueError:
-            continue
-        if state == "RUNNING" and slurm_node in nodes:
-            out.append(f"job {num(j.get('job_id'))} (user {j.get('user') or '?'}, "
-                       f"partition {j.get('partition') or '?'})")
-    return out
-
-
-async def _slurm_holders(slurm: SlurmClient, slurm_node: str) -> str:
-    d = await slurm.dialect()
-    if not (slurm.serves_dbd_jobs and d.dbd_jobs):
+def _holders(jobs: list[dict[str, Any]] | None) -> str:
+    """Who runs on a busy Slurm node of no Pod of ours, from slurmdbd's records."""
+    if jobs is None:
         return "a Slurm job (no slurmdbd to ask which)"
-    # no time window: with a state, slurmdbd then asks what is in that state now (as sacct
-    # -s R does); a window with it finds nothing on 22.05
-    q = f"skip_steps=true&state=RUNNING&node={quote(slurm_node, safe='')}"
-    try:
-        data = await slurm.get(f"/slurmdb/{d.version}/jobs/", query=q, what="jobs on a node")
-    except SlurmUnavailable:
-        raise
-    except SlurmError as e:
-        if ERRNO_NOTHING_FOUND not in e.errnos:  # 22.05's empty answer
-            raise
-        data = {}
-    return ", ".join(running_on(data, slurm_node)) or "a Slurm job (slurmdbd has none yet)"
+    return ", ".join(f"job {num(j.get('job_id'))} (user {j.get('user') or '?'}, "
+                     f"partition {j.get('partition') or '?'})" for j in jobs
+                     ) or "a Slurm job (slurmdbd has none yet)"
 
 
-async def node_rows(kube: KubeClient, slurm: SlurmClient | None) -> list[NodeRow]:
+async def node_rows(kube: KubeClient, slurm: SlurmClient) -> list[NodeRow]:
     nodes, _ = await kube.list("/api/v1/nodes", labelSelector=contract.NODE_LABEL)
     pods, _ = await kube.list("/api/v1/pods", labelSelector=MARKED)
     held = _pods_by_node(pods)
@@ -146,15 +116,14 @@ async def node_rows(kube: KubeClient, slurm: SlurmClient | None) -> list[NodeRow
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
         slurm_node = (n["metadata"].get("labels") or {})[contract.NODE_LABEL]
-        state, holder = "?", ", ".join(held.get(name, [])) or NONE
-        if slurm is not None:
-            try:
-                info = await slurm.node(slurm_node)
-                state = "(not in Slurm)" if info is None else info.state
-                if holder == NONE and info is not None and info.state in BUSY_STATES:
-                    holder = await _slurm_holders(slurm, slurm_node)
-            except SlurmError as e:
-                state = f"? ({e})"[:60]
+        holder = ", ".join(held.get(name, [])) or NONE
+        try:
+            info = await slurm.node(slurm_node)
+            state = "(not in Slurm)" if info is None else info.state
+            if holder == NONE and info is not None and info.state in BUSY_STATES:
+                holder = _holders(await accounting.running_on_node(slurm, slurm_node))
+        except SlurmError as e:
+            state = f"? ({e})"[:60]
         rows.append(NodeRow(name, slurm_node, state, _kube_state(n), _tainted(n), holder))
     return rows
 
@@ -170,8 +139,8 @@ def job_view(job: JobInfo | None, job_id: str) -> dict[str, Any]:
     return {"job_id": job.job_id, "known_to_slurm": True, "state": job.state,
             "reason": job.reason, "partition": job.partition, "user": job.user or NONE,
             "nodes": list(job.nodes), "submitted": _when(job.submit_time),
-            # a pending job's start_time is Slurm's plan, a running one's its real start
-            ("expected_start" if job.state == PENDING else "started"): _when(job.start_time),
+            **({"expected_start": _when(job.expected_start or 0)} if job.state == PENDING
+               else {"started": _when(job.start_time)}),
             "restarts": job.restarts, "preempted": job.preempted}
 
 
@@ -220,15 +189,14 @@ def explain_text(x: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def explain(kube: KubeClient, slurm: SlurmClient | None, ns: str,
-                  name: str) -> dict[str, Any]:
+async def explain(kube: KubeClient, slurm: SlurmClient, ns: str, name: str) -> dict[str, Any]:
     p = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
     events, _ = await kube.list(f"/api/v1/namespaces/{ns}/events",
                                 fieldSelector=f"involvedObject.uid={p['metadata']['uid']}")
     events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     job_id = _ann(p).get(contract.A_JOB_ID, "")
     job = None
-    if job_id.isdigit() and slurm is not None:
+    if job_id.isdigit():
         job = job_view(await slurm.job(int(job_id)), job_id)
     return explanation(p, job, events)
 
@@ -265,26 +233,28 @@ async def run(argv: Sequence[str] | None = None, env: dict[str, str] | None = No
     a = ap.parse_args(argv)
     if (a.what == "explain") != (a.pod is not None):
         ap.error("explain takes one Pod name; pods and nodes take none")
+    # names go into URL paths: one that is no Kubernetes name is a mistake, said as one
+    if a.namespace is not None and not names.DNS_LABEL.fullmatch(a.namespace):
+        ap.error(f"-n: {a.namespace[:64]!r} is not a namespace name")
+    if a.pod is not None and not names.DNS_SUBDOMAIN.fullmatch(a.pod):
+        ap.error(f"{a.pod[:64]!r} is not a Pod name")
     s = SlurmSettings.from_env(os.environ if env is None else env)
-    async with contextlib.AsyncExitStack() as stack:
-        kube = await stack.enter_async_context(KubeClient(load_config(a.kubeconfig)))
-        # `pods` asks no Slurm: it runs where slurmrestd is out of reach
-        slurm = (None if a.what == "pods" else
-                 await stack.enter_async_context(SlurmClient(s.url, s.token_file, s.user)))
-        rows: Sequence[Any]
-        headers: Sequence[str]
-        if a.what == "explain":
-            x = await explain(kube, slurm, a.namespace or "default", a.pod)
-            return json.dumps(x, indent=2) if a.output == "json" else explain_text(x)
-        if a.what == "pods":
+    rows: Sequence[Any]
+    headers: Sequence[str]
+    async with KubeClient(load_config(a.kubeconfig)) as kube:
+        if a.what == "pods":  # asks no Slurm: it runs where slurmrestd is out of reach
             path = (f"/api/v1/namespaces/{a.namespace}/pods" if a.namespace and
                     not a.all_namespaces else "/api/v1/pods")
             pods, _ = await kube.list(path, labelSelector=MARKED)
             rows = sorted((pod_row(p) for p in pods), key=lambda r: (r.namespace, r.name))
             headers = POD_HEADERS
         else:
-            rows = await node_rows(kube, slurm)
-            headers = NODE_HEADERS
+            async with SlurmClient(s.url, s.token_file, s.user) as slurm:
+                if a.what == "explain":
+                    x = await explain(kube, slurm, a.namespace or "default", a.pod)
+                    return json.dumps(x, indent=2) if a.output == "json" else explain_text(x)
+                rows = await node_rows(kube, slurm)
+                headers = NODE_HEADERS
     if a.output == "json":
         return json.dumps([asdict(r) for r in rows], indent=2)
     return table(rows, headers)

@@ -28,8 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from slurmgate import hostlist
 from slurmgate.slurm.dialects import Dialect, job_state, num
-from slurmgate.slurm.models import ENDED_STATES, SlurmError, SlurmUnavailable
+from slurmgate.slurm.models import ENDED_STATES, RUNNING, SlurmError, SlurmUnavailable
 
 if TYPE_CHECKING:
     from slurmgate.slurm.client import SlurmClient
@@ -108,3 +109,42 @@ async def accounted_ids(slurm: SlurmClient, *, names: Iterable[str] = (),
             raise
         out |= live_ids(data, chunk)
     return out
+
+
+def running_on(data: Mapping[str, Any], slurm_node: str) -> list[dict[str, Any]]:
+    """The jobs of slurmdbd's answer running on `slurm_node`. The node and state are checked
+    here too: a server that ignored the filter costs more but does not mislead."""
+    out = []
+    for j in data.get("jobs") or []:
+        if not isinstance(j, Mapping):
+            continue
+        st = j.get("state")
+        state, _ = job_state(st.get("current") if isinstance(st, Mapping) else st)
+        try:
+            nodes = hostlist.expand(j.get("nodes"))
+        except ValueError:
+            continue
+        if state == RUNNING and slurm_node in nodes:
+            out.append(dict(j))
+    return out
+
+
+async def running_on_node(slurm: SlurmClient, slurm_node: str) -> list[dict[str, Any]] | None:
+    """The jobs slurmdbd says run on `slurm_node` now (its records, steps left out). None where
+    slurmrestd serves no slurmdbd endpoints. One query, filtered by node and state in slurmdbd:
+    its cost follows that node's jobs, not the site's."""
+    d = await slurm.dialect()
+    if not (slurm.serves_dbd_jobs and d.dbd_jobs):
+        return None
+    # no time window: with a state, slurmdbd then asks what is in that state now (as sacct
+    # -s R does); a window with it finds nothing on 22.05
+    q = f"skip_steps=true&state=RUNNING&node={quote(slurm_node, safe='')}"
+    try:
+        data = await slurm.get(f"/slurmdb/{d.version}/jobs/", query=q, what="jobs on a node")
+    except SlurmUnavailable:
+        raise
+    except SlurmError as e:
+        if ERRNO_NOTHING_FOUND not in e.errnos:  # 22.05's empty answer
+            raise
+        return []
+    return running_on(data, slurm_node)

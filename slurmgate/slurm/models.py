@@ -169,6 +169,13 @@ class JobInfo:
         return not self.ended
 
     @property
+    def expected_start(self) -> int | None:
+        """When Slurm expects this waiting job to start: a pending job's start_time is its
+        backfill scheduler's plan (what `squeue --start` shows), 0 until it has one; a running
+        job's start_time is its real start, not a plan."""
+        return self.start_time if self.state == PENDING and self.start_time > 0 else None
+
+    @property
     def preempted(self) -> bool:
         return self.preempt_time > 0 or PREEMPTED in self.state_flags or (
             self.state == PREEMPTED

@@ -3,20 +3,27 @@ the table. The e2e test (tests/e2e/test_kubectl_plugin.py) runs it against the r
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from slurmgate import contract
 from slurmgate.kubectl_plugin import (
     NODE_HEADERS,
     NodeRow,
+    _holders,
     _kube_state,
+    _parser,
     _pods_by_node,
     explain_text,
     explanation,
     job_view,
     pod_row,
-    running_on,
+    run,
     table,
 )
 from slurmgate.slurm import JobInfo
+from slurmgate.slurm.accounting import running_on
 
 
 def pod(name: str, node: str = "", phase: str = "Pending", **ann: str) -> dict:
@@ -50,8 +57,26 @@ def test_holders_are_running_jobs_on_that_node_whatever_the_server_filtered() ->
         {"job_id": 7, "state": {"current": ["COMPLETED"]}, "nodes": "n2", "user": "cy"},
         {"job_id": 8, "state": "RUNNING", "nodes": "n[2", "user": "bad hostlist"},
     ]}
-    assert running_on(data, "n2") == ["job 5 (user ada, partition hpc)"]
+    assert _holders(running_on(data, "n2")) == "job 5 (user ada, partition hpc)"
     assert running_on({}, "n2") == []
+    assert _holders([]) == "a Slurm job (slurmdbd has none yet)"
+    assert _holders(None) == "a Slurm job (no slurmdbd to ask which)"
+
+
+@pytest.mark.parametrize("argv", [["pods", "-n", "../nodes"], ["pods", "-n", "Ns"],
+                                  ["explain", "a/b"], ["explain", "x", "-n", "a b"]])
+def test_names_that_go_into_url_paths_are_checked_before_any_request(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # no kubeconfig is read: the check comes first, and says what is wrong
+    with pytest.raises(SystemExit) as e:
+        asyncio.run(run([*argv, "--kubeconfig", "/nonexistent"], env={}))
+    assert e.value.code == 2
+    assert "name" in capsys.readouterr().err
+
+
+def test_the_parser_takes_a_namespace_and_a_pod() -> None:
+    a = _parser().parse_args(["explain", "web-0", "-n", "ml"])
+    assert (a.what, a.pod, a.namespace) == ("explain", "web-0", "ml")
 
 
 def test_kubernetes_state_says_cordoned() -> None:
