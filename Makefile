@@ -98,9 +98,12 @@ test-faults: deps
 
 # The e2e suite, fault variants included, on each Slurm release in $(MATRIX), the releases side by
 # side, each on its own cluster (tests/matrix.sh); the tests whose subject does not change with
-# the release (marked kube_side) ran on 26.05 in `make test`.
+# the release (marked kube_side) ran on 26.05 in `make test`. A release written VERSION@K8S runs on
+# that Kubernetes release's control plane, with the kube_side tests marked kube_api
+# (MATRIX="24.11@1.30.14 22.05").
 test-matrix: deps lint typecheck
-	@for v in $(MATRIX); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; done
+	@for v in $(MATRIX); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$${v%@*}; \
+	  if [[ $$v == *@* ]]; then K8S_VERSION=$${v#*@} bash cluster/build-binaries.sh >/dev/null; fi; done
 	bash tests/matrix.sh $(PYTHON) $(MATRIX) -- $(PYTEST_ARGS)
 
 # slurmgate as a user deploys it: its image (make image) on real Nodes (containerd + kubelet),

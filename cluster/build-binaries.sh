@@ -20,7 +20,9 @@ case "$mode" in
   control-plane)
     bin="$cache_root/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
     want=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok)
-    [ -f "$bin/kwok-stages.yaml" ] || rm -f "$bin/kwok" ;;  # stages ship with the kwok build
+    [ -f "$bin/kwok-stages.yaml" ] || rm -f "$bin/kwok"  # stages ship with the kwok build
+    # binaries built before they carried their version are rebuilt (a relink, with a warm Go cache)
+    [ -f "$bin/stamped" ] || rm -f "$bin"/kube-{apiserver,scheduler,controller-manager} ;;
   kubelet)
     bin="$cache_root/bin/kubelet-$K8S_VERSION"
     want=(kubelet) ;;
@@ -63,12 +65,17 @@ k8s_module() {  # dir cmd...
   (cd "$mod" && go mod tidy -e >&2 2>&1 | tail -5 >&2 || true)
 }
 
+# the version the apiserver reports (/version, kubectl version): unstamped it says v0.0.0-master
+stamp="-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION"
+stamp+=" -X k8s.io/component-base/version.gitMajor=${K8S_VERSION%%.*}"
+minor=${K8S_VERSION#*.}
+stamp+=" -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
+
 if [ "$mode" = kubelet ]; then
   log "kubelet v$K8S_VERSION (~1 min with a warm Go cache, ~10 min cold on 2 cores)"
   k8s_module "$work/k8s" kubelet
-  # without the version stamp the kubelet reports v0.0.0-master to the apiserver
   (cd "$work/k8s" && go build -trimpath \
-    -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" \
+    -ldflags="-s -w $stamp" \
     -o "$bin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet >&2)
   mv "$bin/kubelet.tmp" "$bin/kubelet"
   echo "$bin"
@@ -114,8 +121,10 @@ if [ "$k8s_missing" = 1 ]; then
   for b in kube-apiserver kube-scheduler kube-controller-manager; do
     [ -x "$bin/$b" ] && continue
     log "  $b"
-    (cd "$mod" && go build -trimpath -ldflags="-s -w" -o "$bin/$b.tmp" "k8s.io/kubernetes/cmd/$b" >&2)
+    (cd "$mod" && go build -trimpath -ldflags="-s -w $stamp" -o "$bin/$b.tmp" \
+      "k8s.io/kubernetes/cmd/$b" >&2)
     mv "$bin/$b.tmp" "$bin/$b"
   done
+  touch "$bin/stamped"
 fi
 echo "$bin"

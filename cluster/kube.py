@@ -9,6 +9,7 @@ what is here keeps this module's own contract (logs in <name>.log, TimeoutError/
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -37,6 +38,17 @@ class KubeCluster:
     # bridges reach, and the apiserver URL at it
     node_ip: str | None = None
     node_server: str | None = None
+
+
+def k8s_version() -> str:
+    """The Kubernetes release of the local control plane: K8S_VERSION from the environment, else
+    the one versions.env pins (as build-binaries.sh picks it)."""
+    if v := os.environ.get("K8S_VERSION"):
+        return v
+    for line in (HERE / "versions.env").read_text().splitlines():
+        if line.startswith("K8S_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise RuntimeError("cluster/versions.env pins no K8S_VERSION")
 
 
 def build_binaries() -> Path:

@@ -11,7 +11,12 @@
 # goes to its own log, printed whole (in release order) when all have ended; the exit status is
 # the first failure's.
 #
-# usage: tests/matrix.sh PYTHON VERSION... [-- PYTEST_ARGS...]
+# A release written VERSION@K8S (e.g. 22.05@1.30.14) runs on that Kubernetes release's control
+# plane (K8S_VERSION; built once, cached like the default one) instead of the pinned one, and
+# then runs the kube_side tests marked kube_api too: their subject does not change with Slurm,
+# but may with Kubernetes (the manifests' APIs, RBAC, TLS, admission).
+#
+# usage: tests/matrix.sh PYTHON VERSION[@K8S]... [-- PYTEST_ARGS...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,19 +33,29 @@ extra=("$@")
 logs=$(mktemp -d /tmp/slurmgate-matrix-logs.XXXXXX)
 declare -A pid=()
 
-env_of() {  # the environment of release number $1 (1-based) $2
-  echo "SLURM_VERSION=$2 SLURMGATE_RUN_DIR=/tmp/slurmgate-matrix-$2 SLURMGATE_PORT_OFFSET=$((1000 * $1))"
+env_of() {  # the environment of release number $1 (1-based) $2 (VERSION[@K8S])
+  local v=${2%@*}
+  echo "SLURM_VERSION=$v SLURMGATE_RUN_DIR=/tmp/slurmgate-matrix-$v SLURMGATE_PORT_OFFSET=$((1000 * $1))"
+  [[ $2 == *@* ]] && echo "K8S_VERSION=${2#*@}"
+}
+
+select_of() {  # the tests of release $1: kube_api too on a Kubernetes release of its own
+  if [[ $1 == *@* ]]; then
+    echo "not incluster and (not kube_side or kube_api)"
+  else
+    echo "not incluster and not kube_side"
+  fi
 }
 
 rc=0
 i=0
 for v in "${versions[@]}"; do
   i=$((i + 1))
-  run_dir=/tmp/slurmgate-matrix-$v
+  run_dir=/tmp/slurmgate-matrix-${v%@*}
   rm -rf "$run_dir"
   # shellcheck disable=SC2046
   env $(env_of "$i" "$v") "$python" -m pytest -q -p no:cacheprovider \
-    -m "not incluster and not kube_side" --durations=15 tests/e2e "${extra[@]}" \
+    -m "$(select_of "$v")" --durations=15 tests/e2e "${extra[@]}" \
     >"$logs/$v.log" 2>&1 &
   pid[$v]=$!
   # the next release starts once this one's cluster is up (or its suite ended): at most 10 min
@@ -53,7 +68,9 @@ done
 for v in "${versions[@]}"; do
   wait "${pid[$v]}"
   r=$?
-  echo "=== e2e on Slurm $v (exit $r)"
+  on=""
+  [[ $v == *@* ]] && on=" on Kubernetes ${v#*@}"
+  echo "=== e2e on Slurm ${v%@*}$on (exit $r)"
   cat "$logs/$v.log"
   ((r == 0 || rc != 0)) || rc=$r
 done

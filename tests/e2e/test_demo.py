@@ -14,7 +14,7 @@ from cluster.local import Local, k8s_node_name
 from slurmgate import contract
 from tests.e2e.conftest import squeue, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kube_side]
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_side, pytest.mark.kube_api]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from cluster.bridge import Bridge
 from tests.e2e.conftest import Kubectl
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kube_side]
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_side, pytest.mark.kube_api]
 SA = "system:serviceaccount:slurmgate-system:slurmgate"
 
 

@@ -22,7 +22,7 @@ from cluster.local import Local
 from slurmgate import contract
 from tests.e2e.conftest import Kubectl, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kube_side]
+pytestmark = [pytest.mark.e2e, pytest.mark.kube_side, pytest.mark.kube_api]
 
 
 def _addr(bridge: Bridge) -> tuple[str, int]:
