@@ -15,6 +15,7 @@ from typing import Any
 
 from slurmgate import contract, faults, podrequest, priorities, reasons, tenancy
 from slurmgate.kube import KubeClient, KubeError, pod_path, pointer_escape
+from slurmgate.kubeview import PodView
 from slurmgate.logs import kv
 from slurmgate.preemption import evict_grace
 from slurmgate.slurm import (
@@ -88,9 +89,9 @@ class Actions:
 
     async def set_status(self, pod: Pod, status: dict[str, str]) -> None:
         """Merge the status annotations; an empty value removes one."""
-        meta = pod["metadata"]
+        view = PodView(pod)
         patch = {"metadata": {"annotations": {k: (v or None) for k, v in status.items()}}}
-        await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+        await self.kube.merge_patch(pod_path(view.namespace, view.name), patch)
 
     async def cancel(self, job: JobInfo, why: str) -> None:
         now = time.monotonic()
@@ -130,8 +131,8 @@ class Actions:
     async def submit_pod(self, pod: Pod) -> float | None:
         """A single Pod's job, under the claim the webhook gave it. Returns when to look
         again if it cannot be submitted now (the tenancy policy refuses it), else None."""
-        meta = pod["metadata"]
-        claim = (meta.get("annotations") or {}).get(contract.A_CLAIM)
+        view = PodView(pod)
+        claim = view.annotations.get(contract.A_CLAIM)
         if not claim:
             await self.events.emit(pod, reasons.EV_MISSING_CLAIM, f"Pod has no "
                                    f"{contract.A_CLAIM} annotation (not admitted by the "
@@ -142,10 +143,10 @@ class Actions:
         except podrequest.PodRequestError as e:
             await self.events.emit(pod, reasons.EV_INVALID_REQUEST, str(e), warning=True)
             return None
-        allowed = await self._tenant(meta["namespace"], r, [pod])
+        allowed = await self._tenant(view.namespace, r, [pod])
         if allowed is None:
             return TENANCY_RETRY
-        spec = job_spec(allowed, claim, meta["namespace"], pod_display_name(meta))
+        spec = job_spec(allowed, claim, view.namespace, pod_display_name(view.meta))
         try:
             job_id = await self.slurm.submit(spec)
         except SlurmError as e:
@@ -239,19 +240,20 @@ class Actions:
     async def _bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
                     status: dict[str, str], message: str) -> None:
         t_start = time.time()
-        meta = pod["metadata"]
-        path = pod_path(meta["namespace"], meta["name"])
+        view = PodView(pod)
+        path = pod_path(view.namespace, view.name)
         status = {**status, contract.A_SLURM_NODE: slurm_node}
         ops: list[dict[str, Any]] = []
+        # the JSON patch's test compares the list as it is, so it is read as it is
         gates = pod["spec"].get("schedulingGates") or []
         if is_gated(pod):
             # test first: if anything changed the gates meanwhile, fail and reconcile again
             ops += [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
                     {"op": "replace", "path": "/spec/schedulingGates",
                      "value": [g for g in gates if g.get("name") != contract.GATE]}]
-        if not isinstance(meta.get("annotations"), dict):
+        if not isinstance(view.meta.get("annotations"), dict):
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-        have = meta.get("annotations") or {}
+        have = view.annotations
         for k, v in status.items():
             ann_path = f"/metadata/annotations/{pointer_escape(k)}"
             if v:
@@ -262,11 +264,11 @@ class Actions:
         t_ungated = time.time()
         faults.point("binder_after_ungate")
         binding = {"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                                "uid": meta["uid"]},
+                   "metadata": {"name": view.name, "namespace": view.namespace,
+                                "uid": view.uid},
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
-            await self.kube.create(pod_path(meta["namespace"], meta["name"], "binding"), binding)
+            await self.kube.create(pod_path(view.namespace, view.name, "binding"), binding)
         except KubeError as e:
             if e.status != 409:
                 raise
@@ -277,7 +279,7 @@ class Actions:
         seen = self.jobs.seen_running_at.get(job.job_id)
         if seen is not None:
             metrics.BIND_LATENCY.observe(time.monotonic() - seen)
-        created = parse_time(meta.get("creationTimestamp"))
+        created = parse_time(view.created)
         if created is not None:
             metrics.GATE_TO_BIND.observe(max(0.0, time.time() - created))
         # wall times of each step, so that a bench can attribute RUNNING -> bound
@@ -316,7 +318,7 @@ class Actions:
         """Until the watch delivers the binding, a reconcile in between must not bind again."""
         key = key_of(pod)
         cached = self.pods.store.get(key)
-        if cached is not None and cached["metadata"].get("uid") == pod["metadata"]["uid"]:
+        if cached is not None and PodView(cached).uid == PodView(pod).uid:
             self.pods.store[key] = {**cached, "spec": {
                 **cached["spec"], "nodeName": node,
                 "schedulingGates": [g for g in cached["spec"].get("schedulingGates") or []
@@ -327,10 +329,10 @@ class Actions:
         """Evict (a PodDisruptionBudget may refuse: retry, then delete after a grace), with
         no more grace than is left before `stop_by`, when Slurm gives the Node to the next job.
         Returns when to try again if refused, else None."""
-        meta = pod["metadata"]
+        view = PodView(pod)
         key = key_of(pod)
-        options: dict[str, Any] = {"preconditions": {"uid": meta["uid"]}}
-        own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        options: dict[str, Any] = {"preconditions": {"uid": view.uid}}
+        own = view.grace_seconds
         now = time.time()
         if stop_by is not None and (grace := evict_grace(own, stop_by, now)) is not None:
             options["gracePeriodSeconds"] = grace
@@ -340,10 +342,10 @@ class Actions:
         if status:
             await self.set_status(pod, status)
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "metadata": {"name": view.name, "namespace": view.namespace},
                 "deleteOptions": options}
         try:
-            await self.kube.create(pod_path(meta["namespace"], meta["name"], "eviction"), body)
+            await self.kube.create(pod_path(view.namespace, view.name, "eviction"), body)
         except KubeError as e:
             if e.status == 404:
                 return None
@@ -355,7 +357,7 @@ class Actions:
                 await self.events.emit(pod, reasons.EV_EVICTION_REFUSED, f"{e.message}; "
                                        f"retrying, deleting after {wait:.0f}s", warning=True)
                 return 5.0
-            await self.kube.delete(pod_path(meta["namespace"], meta["name"]), options)
+            await self.kube.delete(pod_path(view.namespace, view.name), options)
         self._evict_refused_since.pop(key, None)
         metrics.EVICTIONS.labels(reason).inc()
         # the Events expire after an hour; the log keeps why Slurm took the Node back

@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from slurmgate.kube import KubeClient, KubeError, pod_path
+from slurmgate.kubeview import PodView
 from slurmgate.logs import kv
 from slurmgate.timestamps import now_time
 
@@ -66,7 +67,7 @@ class BackgroundWrites:
         never waits for it (a waiting Pod's condition in a burst would hold up its own bind a
         moment later). One Pod's writes keep their order; one equal to the write still pending
         is not made twice. A failed write calls `on_condition_failed`."""
-        uid = pod["metadata"].get("uid", "")
+        uid = PodView(pod).uid
         pending = self._condition_writes.get(uid)
         if pending is not None and pending[:2] == (want["status"], want.get("reason", "")):
             return
@@ -94,7 +95,7 @@ class BackgroundWrites:
         task.add_done_callback(done)
 
     async def _write_condition(self, pod: Pod, want: Condition) -> None:
-        meta = pod["metadata"]
+        view = PodView(pod)
         have = condition(pod) or {}
         changed = have.get("status") != want["status"]
         body = {**want, "lastProbeTime": None,
@@ -102,7 +103,7 @@ class BackgroundWrites:
                 have.get("lastTransitionTime") else now_time()}
         try:
             await self.kube.strategic_patch(
-                pod_path(meta["namespace"], meta["name"], "status"),
+                pod_path(view.namespace, view.name, "status"),
                 {"status": {"conditions": [body]}})
         except KubeError as e:
             if e.status not in (404, 409):  # gone, or replaced by a Pod of the same name

@@ -15,6 +15,7 @@ from typing import Any
 
 from slurmgate import contract, reasons, tenancy
 from slurmgate.kube import KubeClient
+from slurmgate.kubeview import PodView
 from slurmgate.logs import kv
 from slurmgate.slurm import RUNNING, STOPPING_STATES, JobInfo, SlurmClient
 
@@ -149,7 +150,7 @@ class Controller:
 
     async def _announce(self, pod: dict[str, Any]) -> None:
         """The webhook can't write Events (the Pod does not exist yet at admission)."""
-        uid = pod["metadata"].get("uid", "")
+        uid = PodView(pod).uid
         # a submit handed off at admission names no job: Slurm's list knows it by the claim
         job = self.jobs.get(claim_of(pod))
         job_id = ann(pod).get(contract.A_JOB_ID) or (str(job.job_id) if job else None)
@@ -265,7 +266,7 @@ class Controller:
                     log.info("orphan job cancelled", extra=kv(job=job.job_id, claim=claim))
                 continue
             pod = self.pods.store.get(key)
-            if pod is None or (pod.get("spec") or {}).get("nodeName"):
+            if pod is None or PodView(pod).bound:
                 continue
             gated += 1
             overdue += podview.overdue(pod, now)

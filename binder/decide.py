@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from slurmgate import contract, reasons
+from slurmgate.kubeview import PodView
 from slurmgate.slurm import (
     ENDING_STATES,
     LAUNCH_FAILED_STATES,
@@ -201,8 +202,7 @@ def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
                             message=f"no member of the group runs any more; cancelled job "
                                     f"{job.job_id}")
         pod = own[0] if own else None
-        why = ("deleted" if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp")
-               else phase(pod))
+        why = "deleted" if pod is None or PodView(pod).deleting else phase(pod)
         return Decision(CANCEL, members=tuple(own), cancel=job, reason=reasons.EV_JOB_RELEASED,
                         message=f"Pod {why} before its job ended; cancelled job {job.job_id} "
                                 "to free the node")

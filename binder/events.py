@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slurmgate.kube import KubeClient, KubeError
+from slurmgate.kubeview import PodView
 from slurmgate.logs import kv
 from slurmgate.timestamps import now_time
 
@@ -36,8 +37,8 @@ class Recorder:
         """`once`: skip when the same reason+message is among the last RECENT for this Pod.
 
         Returns once the Event is queued; `flush()` waits until all are sent."""
-        meta = pod["metadata"]
-        uid = meta.get("uid", "")
+        view = PodView(pod)
+        uid = view.uid
         recent = self._last.get(uid, ())
         if once and (reason, message) in recent:
             return
@@ -49,16 +50,16 @@ class Recorder:
         now = now_time()
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": uid},
+            "metadata": {"generateName": f"{view.name}.", "namespace": view.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": view.name,
+                               "namespace": view.namespace, "uid": uid},
             "reason": reason, "message": message[:1024],
             "type": "Warning" if warning else "Normal",
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT, "reportingInstance": self.instance,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        task = asyncio.create_task(self._send(meta["namespace"], body, self._tail.get(uid)))
+        task = asyncio.create_task(self._send(view.namespace, body, self._tail.get(uid)))
         self._tail[uid] = task
         task.add_done_callback(lambda t: self._done(uid, t))
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from slurmgate import contract
+from slurmgate.kubeview import NodeView
 from slurmgate.logs import kv
 from slurmgate.slurm import NodeInfo, SlurmClient
 
@@ -31,9 +32,8 @@ def failed(sn: NodeInfo) -> bool:
 
 
 def tainted(node: dict[str, Any]) -> bool:
-    return any(isinstance(t, dict) and t.get("key") == contract.TAINT_KEY
-               and t.get("effect") == contract.TAINT_EFFECT
-               for t in (node.get("spec") or {}).get("taints") or [])
+    return any(t.get("key") == contract.TAINT_KEY and t.get("effect") == contract.TAINT_EFFECT
+               for t in NodeView(node).taints)
 
 
 def ours_drained(sn: NodeInfo) -> bool:
@@ -45,7 +45,7 @@ def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
     """What to do for a Node: "drain" its Slurm node once cordoned, "resume" it once
     uncordoned if we drained it, else None. A drain someone else made (an admin, Slurm's own
     health checks) is never undone."""
-    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    cordoned = NodeView(node).unschedulable
     drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
     ours = (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
     if cordoned and not drained:
@@ -156,7 +156,7 @@ class NodeSync:
         node = self.nodes.store.get(k8s_name)
         if node is None:
             return
-        slurm_name = (node["metadata"].get("labels") or {}).get(contract.NODE_LABEL)
+        slurm_name = NodeView(node).slurm_node
         if not slurm_name:
             return
         sn = await self._slurm_node(slurm_name)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract, podrequest, quantity, reasons
+from slurmgate.kubeview import NodeView, PodView
 from slurmgate.slurm import (
     RELEASED_STATES,
     RUNNING,
@@ -22,7 +24,6 @@ from slurmgate.slurm import (
 from slurmgate.timestamps import format_time, parse_time
 
 Pod = dict[str, Any]
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -40,57 +41,55 @@ class NodeRef:
 def node_ref(node: dict[str, Any] | None) -> NodeRef | None:
     if node is None:
         return None
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    alloc = (node.get("status") or {}).get("allocatable") or {}
+    n = NodeView(node)
+    alloc = n.allocatable
     gpus = 0
     for g in podrequest.GPU_RESOURCES:
         try:
             gpus += int(quantity.parse(alloc.get(g, "0")))
         except quantity.QuantityError:
             pass  # a Node that states no sane count offers no GPUs
-    return NodeRef(meta.get("name", ""), bool((node.get("spec") or {}).get("unschedulable")),
-                   gpus, labels.get(contract.NODE_GPU_TYPE_LABEL), labels.get(contract.NODE_LABEL))
+    return NodeRef(n.name, n.unschedulable, gpus, n.labels.get(contract.NODE_GPU_TYPE_LABEL),
+                   n.slurm_node)
 
 
-def ann(pod: Pod) -> dict[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
+def ann(pod: Pod) -> Mapping[str, str]:
+    return PodView(pod).annotations
 
 
 def key_of(pod: Pod) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
+    return PodView(pod).key
 
 
 def is_gated(pod: Pod) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == contract.GATE for g in gates)
+    return PodView(pod).gated
 
 
 def bound(pod: Pod) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName"))
+    return PodView(pod).bound
 
 
 def phase(pod: Pod) -> str | None:
-    return (pod.get("status") or {}).get("phase")
+    return PodView(pod).phase
 
 
 def live(pod: Pod) -> bool:
     """Neither deleted nor finished: it still wants its node."""
-    return not (pod.get("metadata") or {}).get("deletionTimestamp") and (
-        phase(pod) not in FINISHED_PHASES)
+    v = PodView(pod)
+    return not v.deleting and not v.finished
 
 
 def occupies(pod: Pod) -> bool:
     """Bound and its containers may still run (a deleted Pod terminates for a while): its job
     must keep the Node until then, or Slurm would start another job beside it."""
-    return bound(pod) and phase(pod) not in FINISHED_PHASES
+    v = PodView(pod)
+    return v.bound and not v.finished
 
 
 def rank_key(pod: Pod) -> tuple[int, str]:
     raw = ann(pod).get(contract.A_GROUP_INDEX)
     idx = int(raw) if raw and raw.isdigit() else 1 << 30
-    return idx, (pod.get("metadata") or {}).get("name", "")
+    return idx, PodView(pod).name
 
 
 def size_of(members: list[Pod]) -> int:
@@ -105,7 +104,7 @@ def live_claim(members: list[Pod]) -> str | None:
 
 
 def created(pod: Pod) -> float:
-    return parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or 0.0
+    return parse_time(PodView(pod).created) or 0.0
 
 
 def submitted_at(pods: list[Pod]) -> float:
@@ -187,11 +186,8 @@ def stale_status(pod: Pod, want: dict[str, str]) -> bool:
 Condition = dict[str, str]
 
 
-def condition(pod: Pod) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == contract.COND_ALLOCATED:
-            return c
-    return None
+def condition(pod: Pod) -> Mapping[str, Any] | None:
+    return PodView(pod).condition(contract.COND_ALLOCATED)
 
 
 def condition_stale(pod: Pod, want: Condition) -> bool:
@@ -285,5 +281,5 @@ def expected_condition(p: Pod, claim: str | None, job: JobInfo | None, gang: boo
         return waiting_condition(job, ann(p).get(contract.A_EXPECTED_START))
     slurm_node = ann(p).get(contract.A_SLURM_NODE)
     if job.state == RUNNING and not job.preempted and bound(p) and slurm_node:
-        return allocated_condition(job.job_id, slurm_node, (p.get("spec") or {})["nodeName"])
+        return allocated_condition(job.job_id, slurm_node, PodView(p).node_name)
     return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract, reasons
+from slurmgate.kubeview import ObjectView, PodView
 from slurmgate.podrequest import PodRequestError
 
 MAX_GROUP = 512
@@ -57,14 +58,14 @@ def _int(value: Any, field: str, lo: int, hi: int) -> int:
 
 
 def _options(obj: dict[str, Any] | None) -> dict[str, str]:
-    ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    ann = ObjectView(obj).annotations
     return {k: v for k, v in ann.items() if k in contract.SLURM_OPTIONS and isinstance(v, str)}
 
 
 def _owner(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") == kind and ref.get("controller"):
-            return ref
+    for ref in ObjectView(pod).owner_references:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return dict(ref)
     return None
 
 
@@ -118,8 +119,8 @@ async def _jobset(labels: dict[str, Any], ann: dict[str, Any], ns: str,
                               f"JobSet {labels[JOBSET_NAME]!r} not found",
                               reasons.DENY_INVALID_GROUP)
     size, offset = 0, None
-    for rj in (js.get("spec") or {}).get("replicatedJobs") or []:
-        par = ((rj.get("template") or {}).get("spec") or {}).get("parallelism") or 1
+    for rj in ObjectView(js).spec.get("replicatedJobs") or []:
+        par = ObjectView(rj.get("template")).spec.get("parallelism") or 1
         if rj.get("name") == labels.get(JOBSET_RJOB):
             offset = size
             # the Pod's own labels: malformed is the Pod's fault, not the API's
@@ -137,7 +138,7 @@ async def _podgroup(pg_label: str, labels: dict[str, Any], ann: dict[str, Any], 
                     get: Get) -> tuple[Group, dict[str, Any] | None]:
     """The PodGroup's gang; a PodGroup not (yet) there is sized by our own annotation."""
     pg = await get(f"/apis/scheduling.x-k8s.io/v1alpha1{ns}/podgroups/{labels[pg_label]}")
-    size_raw = ((pg or {}).get("spec") or {}).get("minMember") or ann.get(
+    size_raw = ObjectView(pg).spec.get("minMember") or ann.get(
         contract.A_GROUP_SIZE)
     if size_raw is None:
         raise PodRequestError(f"metadata.labels[{pg_label}]",
@@ -149,7 +150,7 @@ async def _podgroup(pg_label: str, labels: dict[str, Any], ann: dict[str, Any], 
 
 
 def _is_indexed_pod(job: dict[str, Any], ann: dict[str, Any]) -> bool:
-    return COMPLETION_INDEX in ann and (job.get("spec") or {}).get(
+    return COMPLETION_INDEX in ann and ObjectView(job).spec.get(
         "completionMode") == "Indexed"
 
 
@@ -162,14 +163,13 @@ def _indexed_job(job: dict[str, Any], ann: dict[str, Any]) -> Group | None:
     size = _int(par, "Job spec.parallelism", 1, MAX_GROUP)
     index = _int(ann[COMPLETION_INDEX], f"metadata.annotations[{COMPLETION_INDEX}]", 0,
                  10**6)
-    uid = (job.get("metadata") or {}).get("uid", "")[:8]
-    return Group(f"job-{job['metadata']['name']}-{uid}", size, index, "indexed-job")
+    view = ObjectView(job)
+    return Group(f"job-{view.name}-{view.uid[:8]}", size, index, "indexed-job")
 
 
 async def resolve(pod: dict[str, Any], namespace: str, get: Get) -> Resolved:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    ann = meta.get("annotations") or {}
+    view = PodView(pod)
+    labels, ann = dict(view.labels), dict(view.annotations)
     ns = f"/namespaces/{namespace}"
 
     # Options on the owning workload apply to its Pods (the Pod's own win).

@@ -30,6 +30,7 @@ from typing import Any
 from slurmgate import contract, names
 from slurmgate.config import SlurmSettings
 from slurmgate.kube import KubeClient, KubeError, load_config
+from slurmgate.kubeview import NodeView, PodView
 from slurmgate.slurm import PENDING, JobInfo, SlurmClient, SlurmError, accounting
 from slurmgate.slurm.dialects import num
 from slurmgate.timestamps import format_time
@@ -63,38 +64,34 @@ class NodeRow:
     held_by: str
 
 
-def _ann(obj: dict[str, Any]) -> dict[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
 def pod_row(p: dict[str, Any]) -> PodRow:
-    meta, a = p.get("metadata") or {}, _ann(p)
-    return PodRow(namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+    v = PodView(p)
+    a = v.annotations
+    return PodRow(namespace=v.namespace, name=v.name,
                   job=a.get(contract.A_JOB_ID, NONE), state=a.get(contract.A_JOB_STATE, NONE),
                   reason=a.get(contract.A_JOB_REASON) or NONE,
                   expected_start=a.get(contract.A_EXPECTED_START, NONE),
                   partition=a.get(contract.A_PARTITION, NONE),
                   account=a.get(contract.A_ACCOUNT, NONE),
-                  node=(p.get("spec") or {}).get("nodeName") or NONE)
+                  node=v.node_name or NONE)
 
 
 def _kube_state(n: dict[str, Any]) -> str:
-    ready = next((c.get("status") for c in (n.get("status") or {}).get("conditions") or []
-                  if c.get("type") == "Ready"), "Unknown")
-    word = "Ready" if ready == "True" else "NotReady"
-    return f"{word},SchedulingDisabled" if (n.get("spec") or {}).get("unschedulable") else word
+    v = NodeView(n)
+    word = "Ready" if v.ready == "True" else "NotReady"
+    return f"{word},SchedulingDisabled" if v.unschedulable else word
 
 
 def _tainted(n: dict[str, Any]) -> bool:
     return any(t.get("key") == contract.TAINT_KEY
-               for t in (n.get("spec") or {}).get("taints") or [])
+               for t in NodeView(n).taints)
 
 
 def _pods_by_node(pods: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for p in pods:
         r = pod_row(p)
-        if r.node != NONE and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if r.node != NONE and not PodView(p).finished:
             out.setdefault(r.node, []).append(f"pod {r.namespace}/{r.name} (job {r.job})")
     return out
 
@@ -113,9 +110,8 @@ async def node_rows(kube: KubeClient, slurm: SlurmClient) -> list[NodeRow]:
     pods, _ = await kube.list("/api/v1/pods", labelSelector=MARKED)
     held = _pods_by_node(pods)
     rows = []
-    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        name = n["metadata"]["name"]
-        slurm_node = (n["metadata"].get("labels") or {})[contract.NODE_LABEL]
+    for n in sorted(nodes, key=lambda n: NodeView(n).name):
+        name, slurm_node = NodeView(n).name, NodeView(n).slurm_node or NONE
         holder = ", ".join(held.get(name, [])) or NONE
         try:
             info = await slurm.node(slurm_node)
@@ -146,16 +142,12 @@ def job_view(job: JobInfo | None, job_id: str) -> dict[str, Any]:
 
 def explanation(p: dict[str, Any], job: dict[str, Any] | None,
                 events: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    meta, spec = p.get("metadata") or {}, p.get("spec") or {}
-    cond = next((c for c in (p.get("status") or {}).get("conditions") or []
-                 if c.get("type") == contract.COND_ALLOCATED), None)
-    gated = any(g.get("name") == contract.GATE for g in spec.get("schedulingGates") or [])
+    v = PodView(p)
+    cond = v.condition(contract.COND_ALLOCATED)
     return {
-        "pod": f"{meta.get('namespace')}/{meta.get('name')}",
-        "phase": (p.get("status") or {}).get("phase"),
-        "node": spec.get("nodeName") or NONE, "gated": gated,
-        "condition": cond,
-        "annotations": {k: v for k, v in _ann(p).items()
+        "pod": v.key, "phase": v.phase, "node": v.node_name or NONE, "gated": v.gated,
+        "condition": dict(cond) if cond is not None else None,
+        "annotations": {k: val for k, val in v.annotations.items()
                         if k.startswith(f"{contract.DOMAIN}/")},
         "job": job,
         "events": [{"time": e.get("lastTimestamp") or e.get("eventTime") or NONE,
@@ -192,9 +184,9 @@ def explain_text(x: dict[str, Any]) -> str:
 async def explain(kube: KubeClient, slurm: SlurmClient, ns: str, name: str) -> dict[str, Any]:
     p = await kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
     events, _ = await kube.list(f"/api/v1/namespaces/{ns}/events",
-                                fieldSelector=f"involvedObject.uid={p['metadata']['uid']}")
+                                fieldSelector=f"involvedObject.uid={PodView(p).uid}")
     events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    job_id = _ann(p).get(contract.A_JOB_ID, "")
+    job_id = PodView(p).annotations.get(contract.A_JOB_ID, "")
     job = None
     if job_id.isdigit():
         job = job_view(await slurm.job(int(job_id)), job_id)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from slurmgate import contract, quantity
+from slurmgate import quantity
+from slurmgate.kubeview import NodeView, PodView
 from slurmgate.podrequest import GPU_RESOURCES, effective_requests
 from slurmgate.slurm import NodeInfo, PartitionInfo
 
@@ -86,13 +87,14 @@ class NodeMap:
               slurmd_pods: Iterable[dict[str, Any]]) -> NodeMap:
         by_label: dict[str, dict[str, Any]] = {}
         for n in k8s_nodes:
-            label = ((n.get("metadata") or {}).get("labels") or {}).get(contract.NODE_LABEL)
+            label = NodeView(n).slurm_node
             if label:
                 by_label[label] = n
         kept: dict[str, tuple[int, int]] = {}  # k8s node -> (mib, millicpu) kept for slurmd
         for p in slurmd_pods:
-            node = (p.get("spec") or {}).get("nodeName")
-            if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            pv = PodView(p)
+            node = pv.node_name
+            if not node or pv.finished:
                 continue
             req = effective_requests(p)
             mib, mcpu = kept.get(node, (0, 0))
@@ -103,8 +105,8 @@ class NodeMap:
             kn = by_label.get(sn.name)
             if kn is None:
                 continue  # a Slurm node without a Kubernetes Node can't run Pods
-            name = kn["metadata"]["name"]
-            alloc = (kn.get("status") or {}).get("allocatable") or {}
+            kv = NodeView(kn)
+            name, alloc = kv.name, kv.allocatable
             node_mib = quantity.to_mib_ceil(quantity.parse(alloc.get("memory", "0")))
             node_mcpu = int(quantity.parse(alloc.get("cpu", "0")) * 1000)
             k8s_gpus = sum(int(quantity.parse(alloc.get(g, "0"))) for g in GPU_RESOURCES)
@@ -118,7 +120,7 @@ class NodeMap:
                 gpus=min(slurm_gpus, k8s_gpus),
                 node_memory_mib=node_mib, slurmd_memory_mib=sd_mib,
                 partitions=sn.partitions,
-                unschedulable=bool((kn.get("spec") or {}).get("unschedulable")),
+                unschedulable=kv.unschedulable,
                 gpu_types=tuple(sorted((t, min(n, k8s_gpus)) for t, n in by_type.items() if t)),
             )
             out.by_k8s[name] = sn.name

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from slurmgate import contract, names, quantity, reasons
+from slurmgate.kubeview import PodView
 
 INVALID = reasons.DENY_INVALID_RESOURCES  # the Pod's resources make no job
 
@@ -234,11 +235,7 @@ def _gpu_type(ann: dict[str, str], gpus: Fraction) -> str | None:
 
 
 def _grace_seconds(pod: dict[str, Any]) -> int:
-    # 30 s is Kubernetes' own default
-    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-    if not isinstance(grace, int) or isinstance(grace, bool):
-        grace = 30
-    return grace
+    return PodView(pod).grace_seconds
 
 
 def from_pod(pod: dict[str, Any], default_memory: str | None = None,
@@ -283,5 +280,4 @@ def gpus_of(pod: dict[str, Any]) -> tuple[int, str | None]:
 
 
 def _annotations_or_empty(pod: dict[str, Any]) -> dict[str, Any]:
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    return ann if isinstance(ann, dict) else {}
+    return dict(PodView(pod).annotations)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import contract, names, reasons
+from slurmgate.kubeview import PodView
 from slurmgate.podrequest import MAX_NICE, PodRequest
 
 ANY = "*"  # not a valid PriorityClass name, so it never shadows one
@@ -163,10 +164,8 @@ def apply(rules: Rules, priority_class: str | None, req: PodRequest,
 def of_pod(pod: Mapping[str, Any]) -> tuple[str | None, frozenset[str]]:
     """(spec.priorityClassName, the Slurm option annotations the Pod names) of a Pod object,
     as `apply` takes them."""
-    spec = pod.get("spec")
-    name = spec.get("priorityClassName") if isinstance(spec, dict) else None
-    ann = (pod.get("metadata") or {}).get("annotations")
-    asked = frozenset(k for k in ann if k in contract.SLURM_OPTIONS) if isinstance(
-        ann, dict) else frozenset()
+    view = PodView(pod)
+    name = view.spec.get("priorityClassName")
+    asked = frozenset(k for k in view.annotations if k in contract.SLURM_OPTIONS)
     return (name if isinstance(name, str) and name else None), asked
 

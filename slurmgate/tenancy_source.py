@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from slurmgate import tenancy
 from slurmgate.config import ObjectRef
 from slurmgate.kube import WatchExpired
+from slurmgate.kubeview import ObjectView
 from slurmgate.logs import kv
 from slurmgate.tenancy import PolicyState
 
@@ -154,7 +155,7 @@ class PolicySource:
         items, rv = await self._kube.list(self._path,
                                           fieldSelector=f"metadata.name={self.ref.name}")
         await self.apply(next((i for i in items
-                               if (i.get("metadata") or {}).get("name") == self.ref.name),
+                               if ObjectView(i).name == self.ref.name),
                               None))
         return rv
 
@@ -163,7 +164,7 @@ class PolicySource:
         assert self.ref is not None
         async for typ, obj in self._kube.watch(self._path, rv,
                                                fieldSelector=f"metadata.name={self.ref.name}"):
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+            rv = ObjectView(obj).resource_version or rv
             if typ == "BOOKMARK":
                 continue
             await self.apply(None if typ == "DELETED" else obj)

@@ -6,6 +6,9 @@ the script or a shell, only JSON fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from slurmgate import contract
 from slurmgate.podrequest import PodRequest
 from slurmgate.slurm.models import PENDING, JobSpec, SlurmRefused
@@ -31,7 +34,7 @@ ENVIRONMENT = {"PATH": PATH}
 EXCLUSIVE = True
 
 
-def pod_display_name(meta: dict) -> str:
+def pod_display_name(meta: Mapping[str, Any]) -> str:
     """The Pod's name, or `generateName*` at admission time when the name is not known yet."""
     return meta.get("name") or f"{meta.get('generateName', '')}*"
 
