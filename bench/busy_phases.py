@@ -220,12 +220,21 @@ async def kube_floor(env: Env, ns_name: str, pods: int) -> dict[str, Any]:
             "create_to_bound": spread(made, w.bound_at)}
 
 
+# the floor's own reads of its jobs' states, each job's while it runs, as far apart as the
+# binder's polls while a job of ours is in flight (binder/jobpoll.py): the binder's periodic
+# read made directly, in the same run, at the same resolution
+FLOOR_READS_PER_JOB = 12
+FLOOR_READ_GAP_S = 0.1
+
+
 async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
-    """The webhook's submit and the binder's cancel, made directly to slurmrestd: each job
-    submitted alone, waited for until RUNNING, then cancelled (KILL)."""
+    """The webhook's submit, the binder's state read and its cancel, made directly to
+    slurmrestd: each job submitted alone, waited for until RUNNING, its state read (with the
+    ids before it, as the binder asks for every id it watches), then cancelled (KILL)."""
     ctld_log, _ = env.logs()
     at = attribution.size_of(ctld_log)
-    submit, cancel, ids = [], [], []
+    d = await env.slurm.dialect()
+    submit, cancel, reads, ids = [], [], [], []
     for i in range(n):
         spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024, cpus=1,
                        partition=FLOOR_PARTITION)
@@ -239,15 +248,24 @@ async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
             if j is not None and j.state == RUNNING:
                 break
             await asyncio.sleep(0.05)
+        for _ in range(FLOOR_READS_PER_JOB):
+            t0 = time.perf_counter()
+            # the binder's read per release: one filtered GET jobs/state (24.11+), or each
+            # job's record where slurmrestd cannot filter (22.05: the job in flight)
+            await (env.slurm.job_states(ids) if d.state_query else env.slurm.job(jid))
+            reads.append(time.perf_counter() - t0)
+            await asyncio.sleep(FLOOR_READ_GAP_S)
         t0 = time.perf_counter()
         await env.slurm.cancel(jid, "KILL")
         cancel.append(time.perf_counter() - t0)
     await wait_ours_idle(env, set(ids))
     sub, run = attribution.slurm_submits(ctld_log, at), attribution.slurm_running(ctld_log, at)
     # also at the resolution of slurmgate's own figures (a histogram): like with like
-    return {"submit": lat(submit), "cancel": lat(cancel),
+    return {"submit": lat(submit), "cancel": lat(cancel), "read": lat(reads),
+            "read_endpoint": "jobs/state" if d.state_query else "job/{id}",
             "submit_binned": binned_lat(submit, LAT_BUCKETS),
             "cancel_binned": binned_lat(cancel, LAT_BUCKETS),
+            "read_binned": binned_lat(reads, LAT_BUCKETS),
             "submit_to_running": lat([run[j] - sub[j] for j in ids if j in sub and j in run])}
 
 

@@ -169,6 +169,23 @@ def _slowest_read(s: Seg) -> str:
     return f"{num(w[1])} ({w[0]})" if w else "-"
 
 
+def read_versus_direct(s: Seg) -> tuple[dict[str, Any] | None, Any]:
+    """The binder's periodic state read (the endpoint the floor read: jobs/state, or job/{id}
+    on 22.05) in the Pods window, and the same read made directly (seg["floor"])."""
+    ep = get(s, "floor", "read_endpoint")
+    ours = by_method(get(s, "pods", "rest", "binder", ep), "GET") if ep else None
+    return ours, get(s, "floor", "read_binned")
+
+
+def _read_versus(s: Seg) -> str:
+    ours, direct = read_versus_direct(s)
+    if direct is None:
+        return "-"
+    return (f"{p50_99(ours)}; {p50_99(direct)} "
+            f"({ratio(get(ours, 'p99_ms'), get(direct, 'p99_ms'))}), "
+            f"n = {num(get(ours, 'n'))} / {num(get(direct, 'n'))}")
+
+
 def _lats(*paths: tuple[str, ...]) -> Callable[[Seg], str]:
     return lambda s: "; ".join(p50_99(get(s, *p)) for p in paths)
 
@@ -219,6 +236,8 @@ def rows(pods: int) -> list[tuple[str, Callable[[Seg], str]]]:
         (f"binder CPU %: idle / {pods} Pods, RSS peak MiB", _own("binder")),
         (f"webhook CPU %: idle / {pods} Pods, RSS peak MiB", _own("webhook")),
         (f"slowest read p99 ms ({pods} Pods window)", _slowest_read),
+        (f"binder's state read p50 / p99 ms ({pods} Pods window); the same read direct, same "
+         "buckets (p99 ratio)", _read_versus),
         ("admission p50 / p99 ms: marked; unmarked",
          _lats(("latency_hook", "admission"), ("unmarked", "admission"))),
         ("create -> bound p50 / p99 ms: hook on; off; kube-scheduler",
@@ -335,6 +354,10 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "added_cpu_pods_in_flight_pct": _check(number(get(last, "cost", "pods", SITE_TOTAL)),
                                                5.0),
         "slowest_read_p99_ms": _check(max(reads) if reads else None, 20.0),
+        # the same read made directly in the same run: what any client of this Slurm gets
+        "state_read_p99_vs_direct": _check(_frac(get(read_versus_direct(last)[0], "p99_ms"),
+                                                 get(read_versus_direct(last)[1], "p99_ms")),
+                                           1.2),
         # like with like: POST job/submit and DELETE job/{id} (not the binder's single-job
         # reads, GET job/{id}, which share the endpoint)
         "submit_p99_vs_direct": _check(_frac(get(call(last, "webhook", "POST", "job/submit",

@@ -37,9 +37,11 @@ def rows(local: Local, *args: str) -> list[dict[str, Any]]:
 def test_pods_and_nodes_show_who_holds_each_node(local: Local, admin: Kubectl, bridge: Bridge,
                                                  ns: str) -> None:
     nodes = len(local.slurm.nodes)
+    ours: list[str] = []  # the batch jobs this test submits, cancelled by id at the end
     batch = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "hpc",
                       "--exclusive", "-N1", "--mem=1000", "-t", "10", "-J", "plugin-batch",
                       "--wrap", "sleep 300").strip().split(";")[0]
+    ours.append(batch)
     try:
         def running_on() -> str | None:
             out = slurm_cli(local, "squeue", "-h", "-j", batch, "-o", "%T %N").split()
@@ -54,6 +56,7 @@ def test_pods_and_nodes_show_who_holds_each_node(local: Local, admin: Kubectl, b
         fill = slurm_cli(local, "sbatch", "--parsable", "--output=/dev/null", "-p", "hpc",
                          "--exclusive", f"-N{nodes - 2}", "--mem=1000", "-t", "10", "-J",
                          "plugin-fill", "--wrap", "sleep 300").strip().split(";")[0]
+        ours.append(fill)
         wait_until("the fill RUNNING", lambda: "RUNNING" in slurm_cli(
             local, "squeue", "-h", "-j", fill, "-o", "%T"), 60)
         admin.apply(marked_pod("waits"), "-n", ns)
@@ -100,4 +103,6 @@ def test_pods_and_nodes_show_who_holds_each_node(local: Local, admin: Kubectl, b
                                     "TAINTED", "HELD-BY"]
         assert len(table) == 1 + nodes
     finally:
-        slurm_cli(local, "scancel", "-n", "plugin-batch,plugin-fill")
+        # by id: scancel -n takes one name, and a job left running costs the next test the
+        # teardown's whole wait for an empty queue
+        slurm_cli(local, "scancel", *ours)

@@ -298,7 +298,12 @@ def seg(n: int, restd: float, p99_s: float, rb: list[float], rss: float) -> dict
     s["latency_hook"] = {"running_to_bound": lat(rb), "admission": lat([0.01, 0.02])}
     s["floor"] = {"submit": lat([0.004, 0.005]), "cancel": lat([0.008, 0.01]),
                   "submit_binned": binned_lat([0.004, 0.005], LAT_BUCKETS),
-                  "cancel_binned": binned_lat([0.008, 0.01], LAT_BUCKETS)}
+                  "cancel_binned": binned_lat([0.008, 0.01], LAT_BUCKETS),
+                  # the binder's periodic read made directly: as slow as the binder's own
+                  # at N = 0, a third of it at N = 2,000
+                  "read_endpoint": "jobs",
+                  "read_binned": binned_lat([p99_s if n == 0 else p99_s / 3] * 20,
+                                            LAT_BUCKETS)}
     s["calls"] = calls()
     s["calls_one_by_one"] = calls()
     s["whole_list"] = {"jobs": whole_list([1.2, 1.0, 1.4], 3.0 * (1 + n / 1000), 4e7, 300.0),
@@ -349,6 +354,14 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     # DELETE job/{id} alone (9 ms twice) against the direct cancel (8 and 10 ms), all in the
     # 7.5-10 ms bucket (10.0 ms each, to 0.1 ms): the 40 ms reads on job/{id} are not in it
     assert t["cancel_p99_vs_direct"] == {"value": 1.0, "limit": 1.2, "ok": True}
+    # the binder's GET jobs in the Pods window (300 ms each) against the same read made
+    # directly (100 ms each), both at the same buckets
+    read = t["state_read_p99_vs_direct"]
+    assert read["ok"] is False and read["value"] == pytest.approx(
+        busy_report.by_method(results["by_n"][1]["pods"]["rest"]["binder"]["jobs"], "GET")[
+            "p99_ms"] / binned_lat([0.1] * 20, LAT_BUCKETS)["p99_ms"], 1e-3)
+    assert busy_report.targets({"by_n": [results["by_n"][0]]})[
+        "state_read_p99_vs_direct"] == {"value": 1.0, "limit": 1.2, "ok": True}
 
     text = busy_report.release_table(results, 8)
     lines = text.splitlines()
