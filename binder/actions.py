@@ -97,7 +97,8 @@ class Actions:
         now = time.monotonic()
         # noted before the call: a cancel that fails may still have reached slurmctld; ids
         # come back only from a controller that lost its state, so an hour bounds the map
-        self.cancelled = {j: t for j, t in self.cancelled.items() if now - t < CANCELLED_KEEP}
+        for old in [j for j, t in self.cancelled.items() if now - t >= CANCELLED_KEEP]:
+            del self.cancelled[old]  # in place: the job store reads this same dict
         self.cancelled[job.job_id] = now
         await self.slurm.cancel(job.job_id, "KILL")
         metrics.CANCELS.labels(why).inc()

@@ -61,6 +61,7 @@ class Controller:
         self.index = Index(self.pods)
         self.actions = Actions(kube, slurm, self.events, self.jobs, self.pods,
                                self.settings, policy)
+        self.jobs.cancelled = self.actions.cancelled
         self.actions.background.on_condition_failed = lambda key: self.queue.add_after(
             self.index.request(key), 1.0)
         self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
@@ -247,7 +248,9 @@ class Controller:
             return
         for dup in self.jobs.duplicates:
             await self.actions.cancel(dup, "duplicate")
-            log.info("duplicate job of a claim cancelled", extra=kv(job=dup.job_id))
+            claim = contract.claim_from_comment(dup.comment)
+            log.info("duplicate job of a claim cancelled", extra=kv(
+                job=dup.job_id, pod=self.index.key_by_claim.get(claim) if claim else None))
         self.jobs.duplicates = []
         for req in list(self.index.gone_claims):
             self.index.forget_gone(req, self.jobs.get)

@@ -21,7 +21,7 @@ a submit whose answer was lost may have made a job no Pod names) and parsed only
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurmgate.preemption import preempt_every
@@ -260,12 +260,15 @@ class HookHealth:
             self.last_miss = now
 
 
-def preferred(a: JobInfo, b: JobInfo) -> bool:
-    """Which of two jobs with one claim speaks for the Pod: a live one over an ended one
-    (an ended one only if it is newer, e.g. after a resubmit), a live one over one that is
-    COMPLETING (the binder killed it and resubmitted: the old job, still older, would otherwise
-    win, its new one be cancelled as a duplicate and the gated Pod evicted for the old one's
-    end), RUNNING over waiting, then the older one (the one Slurm queued first)."""
+def preferred(a: JobInfo, b: JobInfo, cancelled: Container[int] = ()) -> bool:
+    """Which of two jobs with one claim speaks for the Pod: never one we `cancelled` over one
+    we did not (a read sent just before our KILL still shows it RUNNING: the old job, still
+    older, would otherwise win, its new one be cancelled as a duplicate and the Pod just bound
+    for it evicted), a live one over an ended one (an ended one only if it is newer, e.g. after
+    a resubmit), a live one over one that is COMPLETING (the same, read after the KILL), RUNNING
+    over waiting, then the older one (the one Slurm queued first)."""
+    if (a.job_id in cancelled) != (b.job_id in cancelled):
+        return b.job_id in cancelled
     if a.active != b.active:
         return a.active
     if not a.active:

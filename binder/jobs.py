@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from slurmgate import contract
 from slurmgate.logs import kv
@@ -83,6 +83,9 @@ class JobTracker:
         self._poll_sent_wall = 0.0
         self.busy_until = 0.0
         self.duplicates: list[JobInfo] = []  # live jobs that lost to another of their claim
+        # job id -> when we cancelled it (Actions' record, shared): it never speaks for its
+        # claim beside another job, whatever a read sent before the cancel still says
+        self.cancelled: Mapping[int, float] = {}
         self._errors = 0
         self._claim_of: dict[int, str] = {}  # job id -> claim, for pushes (they carry the id)
         # job id -> when a push said it started (monotonic): an answer to a poll sent before
@@ -218,9 +221,9 @@ class JobTracker:
             if prev is None:
                 fresh[claim] = j
                 continue
-            keep, drop = (j, prev) if jobpoll.preferred(j, prev) else (prev, j)
+            keep, drop = (j, prev) if jobpoll.preferred(j, prev, self.cancelled) else (prev, j)
             fresh[claim] = keep
-            if drop.active:
+            if drop.active and drop.job_id not in self.cancelled:  # ours is on its way
                 duplicates.append(drop)
         # a pushed start this poll cannot have seen (sent before the job existed) stays
         for job_id, at in self._pushed_at.items():

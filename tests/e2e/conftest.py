@@ -10,6 +10,7 @@ tests marked `hostprocs` (they kill, restart or reconfigure the host processes) 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -112,6 +113,31 @@ def _component_log(component: str) -> list[str]:
     return p.stdout.splitlines()
 
 
+# slurmctld's lines that say who ended a job or why it could not start: a job of ours that
+# ends on its own is otherwise a mystery once it has left the queue
+CTLD_OF_INTEREST = ("kill_job", "KILL_JOB", "requeue", "Requeue", "launch fail", "credential",
+                    "cancel", "preempt", "Preempt", "NodeDown", "not responding")
+
+
+def _slurmctld_said(lc: local_mod.Local, since: float) -> list[str]:
+    """slurmctld's log lines of interest since `since` (its lines start [ISO local time])."""
+    try:
+        text = (lc.slurm.run_dir / "log" / "ctld.log").read_text(errors="replace")
+    except (OSError, AttributeError):
+        return []
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("[") or not any(m in line for m in CTLD_OF_INTEREST):
+            continue
+        try:
+            at = datetime.datetime.fromisoformat(line[1:line.index("]")]).timestamp()
+        except ValueError:
+            continue
+        if at >= since - 1:
+            out.append(line)
+    return out
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed e2e test's report carries what slurmgate and Slurm said meanwhile: the webhook and
@@ -141,6 +167,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         except Exception as e:  # Slurm may be what a fault test took down
             state = f"Slurm not readable: {e}"
         rep.sections.append(("slurm at failure", state))
+        said = _slurmctld_said(lc, call.start)
+        if said:
+            rep.sections.append(("slurmctld's kills, requeues and launch failures meanwhile",
+                                 "\n".join(said[-LOG_LINES_ON_FAILURE:])))
         if IN_CLUSTER:
             try:
                 rep.sections.append(("slurmgate's Pods at failure", incluster.describe(lc)))

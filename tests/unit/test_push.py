@@ -341,3 +341,27 @@ async def test_the_send_survives_slurmctld_killing_the_hooks_process_group(
             await asyncio.wait_for(all_in.wait(), 10)
         sent = sorted(int(body.rsplit("job=", 1)[1].split("&", 1)[0]) for body in got)
         assert sent == list(range(1, runs + 1))
+
+
+def test_a_read_sent_before_our_cancel_never_makes_the_new_job_a_duplicate() -> None:
+    # CI, in-cluster, 26.05: the binder gave job 38 back (KILL) and submitted 39 for the same
+    # claim; 39's start was pushed and the Pod bound; then an id poll sent just before the KILL
+    # answered, still showing 38 RUNNING. Without the record of our cancel the older 38 won, 39
+    # went to the duplicates (the sweep cancels those) and the just-bound Pod was evicted.
+    t, seen = tracker()
+    before_kill = time.monotonic()
+    t._apply([job(38, "RUNNING", ("n3",))], sent=before_kill)
+    t.cancelled = {38: time.monotonic()}
+    t._apply([job(39, "PENDING")], sent=time.monotonic())
+    assert t.pushed(39, "started", ("n4",)) == "applied"
+    seen.clear()
+    # the late answer: 38 as read before the KILL, onto what the tracker holds now
+    t._apply([*t.by_claim.values(), job(38, "RUNNING", ("n3",))], sent=before_kill,
+             complete=False)
+    assert t.by_claim["c"].job_id == 39 and t.by_claim["c"].state == "RUNNING"
+    assert t.duplicates == [] and seen == []
+    # two live jobs neither of which we cancelled: the older speaks, the newer is a duplicate
+    t.cancelled = {}
+    t._apply([job(40, "PENDING", claim="d"), job(41, "PENDING", claim="d")],
+             sent=time.monotonic(), complete=False)
+    assert t.by_claim["d"].job_id == 40 and [d.job_id for d in t.duplicates] == [41]
