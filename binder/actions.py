@@ -64,6 +64,32 @@ def _submit_event(e: SlurmError, spec: JobSpec) -> tuple[str, str]:
     return reasons.EV_SUBMIT_FAILED, str(e)
 
 
+def _widest(reqs: list[podrequest.PodRequest]) -> podrequest.PodRequest:
+    """One node per member, each sized for the largest member (a single Pod: its own)."""
+    return dataclasses.replace(reqs[0], memory_mib=max(x.memory_mib for x in reqs),
+                               cpus=max(x.cpus for x in reqs), gpus=max(x.gpus for x in reqs))
+
+
+def _spec(key: str, r: podrequest.PodRequest, claim: str, members: list[Pod],
+          gang: bool) -> JobSpec:
+    view = PodView(members[0])
+    if not gang:
+        return job_spec(r, claim, view.namespace, pod_display_name(view.meta))
+    group = key.split("/", 1)[1]
+    return dataclasses.replace(job_spec(r, claim, view.namespace, f"group:{group}"),
+                               nodes=len(members),
+                               comment=contract.group_comment(claim, view.namespace, group))
+
+
+def _submitted_words(key: str, job_id: int, size: int, rank: int, gang: bool, adopted: bool,
+                     user: str | None) -> str:
+    if gang:
+        return (f"group {key.split('/', 1)[1]} complete ({size} members): "
+                f"{'adopted' if adopted else 'submitted'} job {job_id} for {size} nodes; "
+                f"this member is rank {rank}")
+    return f"submitted placeholder job {job_id}" + (f" as Slurm user {user}" if user else "")
+
+
 class Actions:
     def __init__(self, kube: KubeClient, slurm: SlurmClient, events: Recorder, jobs: JobTracker,
                  pods: Informer, settings: ReconcileSettings,
@@ -129,38 +155,70 @@ class Actions:
                                    for p in pods))
             return None
 
-    async def submit_pod(self, pod: Pod) -> float | None:
-        """A single Pod's job, under the claim the webhook gave it. Returns when to look
-        again if it cannot be submitted now (the tenancy policy refuses it), else None."""
-        view = PodView(pod)
-        claim = view.annotations.get(contract.A_CLAIM)
-        if not claim:
-            await self.events.emit(pod, reasons.EV_MISSING_CLAIM, f"Pod has no "
+    async def submit(self, key: str, members: list[Pod], gang: bool,
+                     unclaimed: UnclaimedJobs) -> float | None:
+        """One placeholder job for a unit, the same way for a single Pod and a gang: a single
+        Pod's under the claim the webhook gave it; a complete gang's (--nodes=len(members),
+        each node sized for its largest member, members in rank order) under a new claim,
+        unless a job we submitted for it before a crash is there to adopt. Returns when to
+        look again if it cannot be submitted now (the tenancy policy refuses it), else None."""
+        if gang and not self.jobs.listed.is_set():
+            # never submit blind: a job of ours may already exist that no Pod names yet (we
+            # crashed between a submit and the members' annotations); only the whole list,
+            # read once after a start, finds it
+            return None
+        first = PodView(members[0])
+        claim = "" if gang else first.annotations.get(contract.A_CLAIM, "")
+        if not gang and not claim:
+            await self.events.emit(members[0], reasons.EV_MISSING_CLAIM, f"Pod has no "
                                    f"{contract.A_CLAIM} annotation (not admitted by the "
                                    "webhook?)", warning=True)
             return None
         try:
-            (r,) = self._request([pod])
+            reqs = self._request(members)
         except podrequest.PodRequestError as e:
-            await self.events.emit(pod, reasons.EV_INVALID_REQUEST, str(e), warning=True)
+            await self._tell(members, reasons.EV_INVALID_REQUEST, str(e), warning=True)
             return None
-        allowed = await self._tenant(view.namespace, r, [pod])
-        if allowed is None:
-            return TENANCY_RETRY
-        spec = job_spec(allowed, claim, view.namespace, pod_display_name(view.meta))
-        try:
-            job_id = await self.slurm.submit(spec)
-        except SlurmError as e:
-            self._submit_failed(e, spec.name)
-            await self.events.emit(pod, *_submit_event(e, spec), warning=True)
-            raise
-        self._remember_submit(claim, job_id)
-        await self.set_status(pod, submitted_status(job_id, time.time()))
+        adopted = self._adoptable(key, unclaimed) if gang else None
+        user = None
+        if adopted is not None:
+            claim = contract.claim_from_comment(adopted.comment) or ""
+            job_id = adopted.job_id
+        else:
+            # the job carries the first member's options, its PriorityClass's mapping included
+            allowed = await self._tenant(first.namespace, _widest(reqs), members)
+            if allowed is None:
+                return TENANCY_RETRY
+            claim = claim or uuid.uuid4().hex
+            spec = _spec(key, allowed, claim, members, gang)
+            user = spec.user
+            try:
+                job_id = await self.slurm.submit(spec)
+            except SlurmError as e:
+                self._submit_failed(e, spec.name)
+                await self._tell(members, *_submit_event(e, spec), warning=True)
+                raise
+        self._remember_submit(claim, job_id)  # before the members' claims reach the watch
+        now = time.time()
+        await asyncio.gather(*(self.set_status(p, submitted_status(
+            job_id, now, *((claim, rank) if gang else ()))) for rank, p in enumerate(members)))
         self.jobs.kick()
-        await self.events.emit(pod, reasons.EV_JOB_SUBMITTED,
-                               f"submitted placeholder job {job_id}"
-                               + (f" as Slurm user {spec.user}" if spec.user else ""))
+        await asyncio.gather(*(self.events.emit(p, reasons.EV_JOB_SUBMITTED, _submitted_words(
+            key, job_id, len(members), rank, gang, adopted is not None, user))
+            for rank, p in enumerate(members)))
+        if gang:
+            log.info("group job submitted", extra=kv(group=key, job=job_id, nodes=len(members)))
         return None
+
+    async def _tell(self, pods: list[Pod], reason: str, message: str, warning: bool) -> None:
+        await asyncio.gather(*(self.events.emit(p, reason, message, warning=warning)
+                               for p in pods))
+
+    def _adoptable(self, key: str, unclaimed: UnclaimedJobs) -> JobInfo | None:
+        """A job submitted for this group whose claim no member carries (we crashed between
+        submitting and annotating): taken over rather than a second one submitted."""
+        return next((j for j in unclaimed() if contract.group_from_comment(j.comment) == key
+                     and j.state not in ENDING_STATES and j.job_id not in self.cancelled), None)
 
     def _submit_failed(self, e: SlurmError, name: str) -> None:
         if isinstance(e, SlurmUnavailable):  # no answer: the job may exist all the same
@@ -171,63 +229,6 @@ class Actions:
         self.submitted = {c: v for c, v in self.submitted.items()
                           if now - v[1] < SUBMITTED_KEEP}
         self.submitted[claim] = (job_id, now)
-
-    async def submit_group(self, gkey: str, members: list[Pod],
-                           unclaimed: UnclaimedJobs) -> float | None:
-        """One job with --nodes=len(members) for a complete gang, members in rank order.
-        Returns when to look again if the tenancy policy refuses it now, else None."""
-        if not self.jobs.listed.is_set():
-            # never submit blind: a job of ours may already exist that no Pod names yet (we
-            # crashed between a submit and the members' annotations); only the whole list,
-            # read once after a start, finds it
-            return None
-        ns, group = gkey.split("/", 1)
-        try:
-            reqs = self._request(members)
-        except podrequest.PodRequestError as e:
-            await asyncio.gather(*(self.events.emit(p, reasons.EV_INVALID_REQUEST, str(e),
-                                                    warning=True) for p in members))
-            return None
-        # One node per member; each node sized for the largest member.
-        r = dataclasses.replace(reqs[0], memory_mib=max(x.memory_mib for x in reqs),
-                                cpus=max(x.cpus for x in reqs), gpus=max(x.gpus for x in reqs))
-        # A job submitted for this group whose claim no member carries (we crashed between
-        # submitting and annotating): take it over rather than submit a second one.
-        adopted = next((j for j in unclaimed() if contract.group_from_comment(j.comment) == gkey
-                        and j.state not in ENDING_STATES and j.job_id not in self.cancelled),
-                       None)
-        if adopted is not None:
-            claim = contract.claim_from_comment(adopted.comment) or ""
-            job_id = adopted.job_id
-        else:
-            # every member is in `ns`; the job carries the first member's options (as before),
-            # its PriorityClass's mapping included
-            allowed = await self._tenant(ns, r, members)
-            if allowed is None:
-                return TENANCY_RETRY
-            claim = uuid.uuid4().hex
-            spec = dataclasses.replace(job_spec(allowed, claim, ns, f"group:{group}"),
-                                       nodes=len(members),
-                                       comment=contract.group_comment(claim, ns, group))
-            try:
-                job_id = await self.slurm.submit(spec)
-            except SlurmError as e:
-                self._submit_failed(e, spec.name)
-                reason, message = _submit_event(e, spec)
-                await asyncio.gather(*(self.events.emit(p, reason, message, warning=True)
-                                       for p in members))
-                raise
-        self._remember_submit(claim, job_id)  # before the members' claims reach the watch
-        now = time.time()
-        await asyncio.gather(*(self.set_status(p, submitted_status(job_id, now, claim, rank))
-                               for rank, p in enumerate(members)))
-        self.jobs.kick()
-        await asyncio.gather(*(self.events.emit(
-            p, reasons.EV_JOB_SUBMITTED, f"group {group} complete ({len(members)} members): "
-            f"{'adopted' if adopted else 'submitted'} job {job_id} for {len(members)} nodes; "
-            f"this member is rank {rank}") for rank, p in enumerate(members)))
-        log.info("group job submitted", extra=kv(group=gkey, job=job_id, nodes=len(members)))
-        return None
 
     async def bind(self, pod: Pod, job: JobInfo, node: str, slurm_node: str,
                    status: dict[str, str], message: str) -> None:

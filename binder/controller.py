@@ -188,28 +188,15 @@ class Controller:
                 log.info("group bound", extra=kv(group=req.key, job=d.job.job_id,
                                                  nodes=[b.node for b in d.binds]))
         elif d.action == decide.SUBMIT:
-            if unit.gang:
-                again = await act.submit_group(
-                    req.key, list(d.members),
-                    lambda: list(self.index.unclaimed(self.jobs.by_claim)))
-            else:
-                again = await act.submit_pod(d.members[0])
+            again = await act.submit(req.key, list(d.members), unit.gang, self._unclaimed)
             if again is not None:  # the tenancy policy refuses it now; it may change
                 self._refused.add(req)
                 self.queue.add_after(req, again)
-        elif d.action == decide.RESUBMIT:
-            if d.cancel is not None:
-                await act.cancel(d.cancel, "resubmit")
-            for p in d.members:
-                await self.events.emit(p, d.reason, d.message, warning=True)
-                if await act.submit_pod(p) is not None:  # refused by the tenancy policy
-                    # said on the Pod, so that its given-back job's end (ours) never evicts
-                    # it, across restarts too: it waits for the policy to allow a new one
-                    await act.set_status(p, {contract.A_JOB_STATE: contract.JOB_STATE_GIVEN_BACK})
-                    self._refused.add(req)
-                    self.queue.add_after(req, actions.TENANCY_RETRY)
-        else:  # EVICT, CANCEL, RELEASE: let go of Nodes and jobs
+        else:  # EVICT, RELEASE: let go of Nodes and jobs
             await self._release(req, unit, d)
+
+    def _unclaimed(self) -> list[JobInfo]:
+        return list(self.index.unclaimed(self.jobs.by_claim))
 
     async def _release(self, req: Request, unit: Unit, d: Decision) -> None:
         act = self.actions
@@ -219,15 +206,21 @@ class Controller:
             self.queue.add_after(req, min(r for r in retry if r is not None))
         await asyncio.gather(*(act.clear(p, d.reason, d.message) for p in d.clear))
         if d.cancel is not None:
-            why = ("group_released" if unit.gang else "requeued" if d.evict else
-                   "pod_finished" if unit.members else "pod_deleted")
-            await act.cancel(d.cancel, why)
+            await act.cancel(d.cancel, d.cancel_why)
             self.index.forget_gone(req, self.jobs.get, cancelled=d.cancel)
-            if d.action == decide.CANCEL:
-                await asyncio.gather(*(self.events.emit(p, d.reason, d.message)
-                                       for p in d.members))
+            await asyncio.gather(*(self.events.emit(p, d.reason, d.message)
+                                   for p in d.members))
             if unit.members and contract.claim_from_comment(d.cancel.comment) in unit.gone_claims:
                 self.queue.add(req)  # the rest of the unit (e.g. a re-created Pod) decides next
+        for p in d.resubmit:
+            await self.events.emit(p, d.reason, d.message, warning=True)
+            if await act.submit(req.key, [p], False, self._unclaimed) is not None:
+                # refused by the tenancy policy; said on the Pod, so that its given-back job's
+                # end (ours) never evicts it, across restarts too: it waits for the policy to
+                # allow a new one
+                await act.set_status(p, {contract.A_JOB_STATE: contract.JOB_STATE_GIVEN_BACK})
+                self._refused.add(req)
+                self.queue.add_after(req, actions.TENANCY_RETRY)
         if unit.gang and (d.evict or d.cancel):
             log.info("group released", extra=kv(group=req.key, reason=d.reason,
                                                 evicted=len(d.evict)))

@@ -29,11 +29,9 @@ from slurmgate.slurm import (
 
 from .decision import (
     BIND,
-    CANCEL,
     EVICT,
     NOTHING,
     RELEASE,
-    RESUBMIT,
     STATUS,
     SUBMIT,
     WAIT,
@@ -69,13 +67,10 @@ from .podview import (
     submitted_at,
 )
 
-# A job ending in one of these never ran its placeholder to the end for a reason of Slurm's
-# own, not a user's or admin's decision (CANCELLED) or a limit (TIMEOUT).
-
 # re-exported for callers: the rules and their vocabulary are read together
-__all__ = ["BIND", "CANCEL", "END_REASONS", "EVICT", "NOTHING", "RELEASE", "RESUBMIT", "STATUS",
-           "SUBMIT", "WAIT", "Bind", "Decision", "JobOf", "NodeRef", "Unit", "World",
-           "end_reason", "holds_node", "is_gated", "job_status"]
+__all__ = ["BIND", "END_REASONS", "EVICT", "NOTHING", "RELEASE", "STATUS", "SUBMIT", "WAIT",
+           "Bind", "Decision", "JobOf", "NodeRef", "Unit", "World", "end_reason", "holds_node",
+           "is_gated", "job_status"]
 
 
 def needs_node_states(u: Unit, job_of: JobOf) -> bool:
@@ -198,12 +193,15 @@ def _release_stale(u: Unit, job_of: JobOf) -> Decision | None:
         if job is None or not needs_kill(job) or any(occupies(p) for p in own):
             continue
         if u.gang:
-            return Decision(RELEASE, cancel=job, reason=reasons.EV_GROUP_RELEASED,
+            return Decision(RELEASE, cancel=job, cancel_why="group_released",
+                            reason=reasons.EV_GROUP_RELEASED,
                             message=f"no member of the group runs any more; cancelled job "
                                     f"{job.job_id}")
         pod = own[0] if own else None
         why = "deleted" if pod is None or PodView(pod).deleting else phase(pod)
-        return Decision(CANCEL, members=tuple(own), cancel=job, reason=reasons.EV_JOB_RELEASED,
+        return Decision(RELEASE, members=tuple(own), cancel=job,
+                        cancel_why="pod_finished" if u.members else "pod_deleted",
+                        reason=reasons.EV_JOB_RELEASED,
                         message=f"Pod {why} before its job ended; cancelled job {job.job_id} "
                                 "to free the node")
     return None
@@ -265,17 +263,15 @@ def _without_job(u: Unit, claim: str, holders: tuple[Pod, ...], w: World) -> Dec
 def _start_over(u: Unit, job: JobInfo | None, claim: str, holders: tuple[Pod, ...],
                 reason: str, message: str) -> Decision:
     """The unit's job is lost or unusable: members on Nodes are evicted, the waiting ones get a
-    new job (a single Pod at once, a gang when it is complete again)."""
+    new job (a single Pod at once, under its claim; a gang when it is complete again, under a
+    new one), and the job is cancelled once no member occupies its Nodes."""
     on_nodes = tuple(p for p in holders if bound(p))
     gated = tuple(p for p in holders if not bound(p))
-    if not u.gang:
-        if on_nodes:
-            return Decision(EVICT, evict=on_nodes, job=job, reason=reason, message=message)
-        return Decision(RESUBMIT, members=gated, cancel=job, job=job, reason=reason,
-                        message=message)
     occupied = any(occupies(p) for p in u.members if claim_of(p) == claim)
-    return Decision(RELEASE, evict=on_nodes, clear=gated, job=job, reason=reason,
-                    cancel=None if occupied else job, message=message)
+    return Decision(RELEASE, evict=on_nodes, clear=gated if u.gang else (),
+                    resubmit=() if u.gang else gated, job=job, reason=reason,
+                    cancel=None if occupied else job,
+                    cancel_why="group_released" if u.gang else "resubmit", message=message)
 
 
 def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
@@ -292,7 +288,8 @@ def _waiting(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...],
                    "Slurm")
         if u.gang:
             return _start_over(u, job, claim, holders, reason, message)
-        return Decision(EVICT, evict=on_nodes, cancel=job, job=job, reason=reason,
+        return Decision(EVICT, evict=on_nodes, cancel=job, cancel_why="requeued", job=job,
+                        reason=reason,
                         # requeued: Slurm may have freed the Node already, so the least grace
                         status=job_status(job), stop_by=w.now, message=message)
     st = job_status(job)
@@ -373,7 +370,7 @@ def bind_message(d: Decision, b: Bind, gang: bool) -> str:
 
 
 def _conditions(u: Unit, job_of: JobOf, d: Decision) -> tuple[tuple[Pod, Condition], ...]:
-    if d.action in (CANCEL, RESUBMIT, RELEASE, EVICT) or (u.gang and d.action == SUBMIT):
+    if d.action in (RELEASE, EVICT) or (u.gang and d.action == SUBMIT):
         return ()  # members about to go or get a new job: their next state says it
     claim = u.claim()
     job = job_of(claim) if claim else None

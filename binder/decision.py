@@ -23,16 +23,17 @@ class Action(StrEnum):
     SUBMIT = "Submit"
     STATUS = "UpdateStatus"
     BIND = "Bind"
-    EVICT = "Evict"
-    CANCEL = "Cancel"  # a single Pod ended or went away first: its job goes
-    RESUBMIT = "Resubmit"  # a single Pod starts over: cancel, submit again under its claim
-    RELEASE = "Release"  # a gang lets go: evict who runs, clear who waits, cancel when it can
+    EVICT = "Evict"  # the unit's job ended or left its Nodes: who runs there goes
+    # let go, a Pod or a gang alike: evict who runs, send who waits back (a gang member, for
+    # the group's next job) or submit it again under its claim (a single Pod), cancel the job
+    # once no member occupies its Nodes, tell the members that ended first
+    RELEASE = "Release"
 
 
 # the short names decide.py's rules read with
 NOTHING, WAIT, SUBMIT, STATUS, BIND = (Action.NOTHING, Action.WAIT, Action.SUBMIT, Action.STATUS,
                                        Action.BIND)
-EVICT, CANCEL, RESUBMIT, RELEASE = Action.EVICT, Action.CANCEL, Action.RESUBMIT, Action.RELEASE
+EVICT, RELEASE = Action.EVICT, Action.RELEASE
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,13 @@ class Bind(NamedTuple):
 @dataclass(frozen=True)
 class Decision:
     action: Action
-    members: tuple[Pod, ...] = ()  # whom a status, submit, cancel or wait Event is about
+    members: tuple[Pod, ...] = ()  # whom a status, submit, release or wait Event is about
     binds: tuple[Bind, ...] = ()
     evict: tuple[Pod, ...] = ()
     clear: tuple[Pod, ...] = ()  # gang members sent back to waiting for a new job
+    resubmit: tuple[Pod, ...] = ()  # single Pods that get a new job under their claim now
     cancel: JobInfo | None = None
+    cancel_why: str = ""  # why `cancel` goes (the cancels metric's label)
     job: JobInfo | None = None
     reason: str = ""
     message: str = ""

@@ -190,7 +190,8 @@ def test_binder_gives_the_job_back_after_the_grace() -> None:
     ref = state.NodeRef("kwok-n3", False, 1, "a100")
     pod = bound_pod("2")
     d = state.decide(state.Unit.single(pod), lambda _c: running(61), world(ref))
-    assert (d.action, d.reason) == (state.RESUBMIT, reasons.EV_NODE_LACKS_GPUS)
+    assert (d.action, d.reason) == (state.RELEASE, reasons.EV_NODE_LACKS_GPUS)
+    assert d.resubmit == (pod,) and d.evict == () and d.clear == ()
     assert d.cancel is not None and d.cancel.job_id == 7 and d.binds == ()
     assert "has 1 allocatable GPUs, the Pod requests 2" in d.message
 

@@ -59,7 +59,7 @@ def test_a_deleted_pods_requeued_job_reaches_its_unit_and_is_cancelled() -> None
     assert idx.job_changed(claim) == req
     pending = dataclasses.replace(completing, state="PENDING", nodes=())
     d = decide.decide(idx.unit(req), lambda _: pending, decide.World(slurm_synced=True, now=2.0))
-    assert d.action == decide.CANCEL and d.cancel == pending
+    assert d.action == decide.RELEASE and d.cancel == pending and d.resubmit == ()
     # once the job has really ended, the claim is forgotten
     idx.forget_gone(req, lambda _: dataclasses.replace(completing, state="CANCELLED"))
     assert idx.job_changed(claim) is None and req not in idx.gone_claims

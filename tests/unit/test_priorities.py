@@ -32,6 +32,12 @@ priorityClasses:
 READY = PolicyState(tenancy.READY, tenancy.parse(DOC))
 
 
+
+async def submit_one(act: Any, pod: dict) -> float | None:
+    """A single Pod's submit, as the controller asks it."""
+    return await act.submit(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", [pod],
+                            False, lambda: [])
+
 def with_class(pod: dict[str, Any], name: str) -> dict[str, Any]:
     pod["spec"]["priorityClassName"] = name
     return pod
@@ -140,9 +146,9 @@ async def test_no_mapping_without_the_policy() -> None:
 
 async def test_binder_applies_the_class_to_single_pods_and_gangs() -> None:
     act, slurm, _, _ = actions(READY)
-    assert await act.submit_pod(with_class(pending_pod("team-a"), "high")) is None
+    assert await submit_one(act, with_class(pending_pod("team-a"), "high")) is None
     members = [with_class(m, "high") for m in gang("team-a")]
-    assert await act.submit_group("team-a/g", members, lambda: []) is None
+    assert await act.submit("team-a/g", members, True, lambda: []) is None
     assert [(x.qos, x.partition, x.nice) for x in slurm.specs] == [("prod", "hpc", 50)] * 2
     assert slurm.specs[1].nodes == 2
 
@@ -150,5 +156,5 @@ async def test_binder_applies_the_class_to_single_pods_and_gangs() -> None:
 async def test_binder_refuses_a_conflict_the_policy_now_forbids() -> None:
     act, slurm, events, _ = actions(READY)
     pod = with_class(pending_pod("team-a", **{contract.A_QOS: "batch"}), "high")
-    assert await act.submit_pod(pod) is not None
+    assert await submit_one(act, pod) is not None
     assert slurm.specs == [] and events.sent[0][1] == reasons.DENY_CLASS_FORBIDS_QOS

@@ -29,6 +29,12 @@ MAX_JOBS = {"description": "MaxJobCount limit reached", "error_number": 2017}
 INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
 
 
+
+async def submit_one(act: Any, pod: dict) -> float | None:
+    """A single Pod's submit, as the controller asks it."""
+    return await act.submit(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", [pod],
+                            False, lambda: [])
+
 def garbled(errors: list[dict[str, Any]] | None, pretty: bool = False) -> bytes:
     """What slurmrestd 26.05 writes for some errors: the JSON body, then a status line and a
     text/plain answer (tests/unit/fixtures/slurm-rest/26.05/*-job-missing.raw, recorded)."""
@@ -217,7 +223,7 @@ async def test_binder_event_of_a_refused_submit_is_slurms_words() -> None:
 
     act.slurm = Refusing()  # type: ignore[assignment]
     with pytest.raises(SlurmRefused):  # raised on: the controller retries as before
-        await act.submit_pod(pending_pod("team-a"))
+        await submit_one(act, pending_pod("team-a"))
     ((_, reason, message, warning),) = events.sent
     assert reason == reasons.EV_SUBMIT_REFUSED and warning
     assert message == (f"Slurm refused the placeholder job: {INVALID_ACCOUNT} (errno 2045) "

@@ -64,7 +64,7 @@ def decide(p: dict, j: JobInfo | None, w: state.World) -> state.Decision:
     # crash between ungate and bind: still binds
     (pod(gated=False), job("RUNNING", ("n1",)), W, state.BIND, "Bound"),
     # allocated on a cordoned Node: never bind there
-    (pod(), job("RUNNING", ("n2",)), W, state.RESUBMIT, "NodeCordoned"),
+    (pod(), job("RUNNING", ("n2",)), W, state.RELEASE, "NodeCordoned"),
     # allocated on a Slurm node without a Kubernetes Node: wait, never ungate blindly
     (pod(), job("RUNNING", ("n9",)), W, state.WAIT, "NodeNotFound"),
     # preempted during GraceTime while still gated: do not bind into a node being taken back
@@ -77,7 +77,7 @@ def decide(p: dict, j: JobInfo | None, w: state.World) -> state.Decision:
     (pod(), None, W, state.WAIT, ""),
     (pod(), None, dataclasses.replace(W, slurm_synced=False), state.WAIT, ""),
     # job gone for longer than the grace: resubmit (the Pod never ran)
-    (pod(A_SUBMITTED_AT=str(int(NOW) - 600)), None, W, state.RESUBMIT, "SlurmJobVanished"),
+    (pod(A_SUBMITTED_AT=str(int(NOW) - 600)), None, W, state.RELEASE, "SlurmJobVanished"),
     # bound and running: status only
     (pod(False, "kwok-n1"), job("RUNNING", ("n1",)), W, state.STATUS, ""),
     (pod(False, "kwok-n1", A_JOB_STATE="RUNNING", A_SLURM_NODE="n1"), job("RUNNING", ("n1",)),
@@ -93,13 +93,13 @@ def decide(p: dict, j: JobInfo | None, w: state.World) -> state.Decision:
     (pod(False, "kwok-n1"), job("NODE_FAIL", ("n1",)), W, state.EVICT, "SlurmNodeFailed"),
     # never evict on an ambiguous Slurm view
     (pod(False, "kwok-n1"), None, dataclasses.replace(W, slurm_synced=False), state.NOTHING, ""),
-    (pod(False, "kwok-n1"), None, W, state.EVICT, "SlurmJobVanished"),
+    (pod(False, "kwok-n1"), None, W, state.RELEASE, "SlurmJobVanished"),
     # Pod finished: free the node
-    (pod(False, "kwok-n1", phase="Succeeded"), job("RUNNING", ("n1",)), W, state.CANCEL,
+    (pod(False, "kwok-n1", phase="Succeeded"), job("RUNNING", ("n1",)), W, state.RELEASE,
      "SlurmJobReleased"),
     (pod(False, "kwok-n1", phase="Failed"), job("CANCELLED", ("n1",)), W, state.NOTHING, ""),
     # deleted while gated: cancel now; deleted while bound: wait until it is gone
-    (pod(deleting=True), job("PENDING"), W, state.CANCEL, "SlurmJobReleased"),
+    (pod(deleting=True), job("PENDING"), W, state.RELEASE, "SlurmJobReleased"),
     (pod(False, "kwok-n1", deleting=True), job("RUNNING", ("n1",)), W, state.NOTHING, ""),
 ])
 def test_decide(p: dict, j: JobInfo | None, w: state.World, action: str, reason: str) -> None:
@@ -269,10 +269,27 @@ def test_job_requeued_under_a_bound_pod(failed: frozenset[str], want: str) -> No
     assert not state.needs_node_states(state.Unit.single(pod()), lambda _c: j)
 
 
+def test_a_single_pod_is_released_like_a_gang_of_one() -> None:
+    # on its Node: evicted, its job left to Slurm until the Pod is gone (it still runs there)
+    on_node = pod(False, "kwok-n1")
+    d = decide(on_node, None, W)
+    assert (d.evict, d.resubmit, d.clear, d.cancel) == ((on_node,), (), (), None)
+    # gated, allocated on a cordoned Node: the job goes and a new one is submitted at once,
+    # under the Pod's claim (a gang's waiting members are cleared for the group's next job)
+    gated, allocated = pod(), job("RUNNING", ("n2",))
+    d = decide(gated, allocated, W)
+    assert (d.evict, d.resubmit, d.clear, d.cancel) == ((), (gated,), (), allocated)
+    assert d.cancel_why == "resubmit"
+    # finished first: its job is cancelled and the Pod told
+    done = pod(False, "kwok-n1", phase="Succeeded")
+    d = decide(done, job("RUNNING", ("n1",)), W)
+    assert (d.evict, d.resubmit, d.members, d.cancel_why) == ((), (), (done,), "pod_finished")
+
+
 def test_placeholder_that_failed_to_start_is_resubmitted_not_deleted() -> None:
     # e.g. "Job credential revoked" after a controller that lost its state reused a job id
     d = decide(pod(), job("FAILED", ("n1",), reason="NonZeroExitCode"), W)
-    assert d.action == state.RESUBMIT and d.cancel is None
+    assert d.action == state.RELEASE and d.cancel is None and d.resubmit == (d.resubmit[0],)
     # once running, a failed job takes the Node back as before
     assert decide(pod(False, "kwok-n1"), job("FAILED", ("n1",)), W).action == state.EVICT
 

@@ -30,6 +30,12 @@ tenants:
 READY = PolicyState(tenancy.READY, POLICY)
 
 
+
+async def submit_one(act: Any, pod: dict) -> float | None:
+    """A single Pod's submit, as the controller asks it."""
+    return await act.submit(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", [pod],
+                            False, lambda: [])
+
 def admitter(state: PolicyState = READY) -> tuple[Admitter, FakeSubmit]:
     s = FakeSubmit()
     nm = node_map()
@@ -180,7 +186,7 @@ def pending_pod(ns: str, name: str = "p", **ann: str) -> dict[str, Any]:
 
 async def test_binder_submits_as_the_tenants_user() -> None:
     act, slurm, events, kube = actions(READY)
-    assert await act.submit_pod(pending_pod("team-a")) is None
+    assert await submit_one(act, pending_pod("team-a")) is None
     (spec,) = slurm.specs
     assert (spec.user, spec.account, spec.partition) == ("team-a", "team-a", "k8s")
     assert kube.patches and events.sent[-1][1] == reasons.EV_JOB_SUBMITTED
@@ -190,24 +196,24 @@ async def test_binder_never_takes_the_user_from_the_pod() -> None:
     act, slurm, _, _ = actions(READY)
     # an annotation that tried to pick a user is not an option at all: the Pod is refused
     pod = pending_pod("team-a", **{f"{contract.DOMAIN}/user": "root"})
-    assert await act.submit_pod(pod) is None
+    assert await submit_one(act, pod) is None
     assert slurm.specs == []
     ok = pending_pod("team-a")
     ok["metadata"]["labels"]["user"] = "root"
-    await act.submit_pod(ok)
+    await submit_one(act, ok)
     assert slurm.specs[0].user == "team-a"
 
 
 async def test_binder_policy_changed_since_admission_records_and_requeues() -> None:
     act, slurm, events, kube = actions(READY)
     pod = pending_pod("team-a", **{contract.A_QOS: "high"})
-    assert await act.submit_pod(pod) == TENANCY_RETRY
+    assert await submit_one(act, pod) == TENANCY_RETRY
     assert slurm.specs == [] and kube.patches == []
     ((name, reason, message, warning),) = events.sent
     assert (name, reason, warning) == ("p", "QOSNotAllowed", True)
     assert '"high"' in message and "normal" in message
     missing, slurm, events, _ = actions(PolicyState(tenancy.MISSING, None, "gone"))
-    assert await missing.submit_pod(pending_pod("team-a")) == TENANCY_RETRY
+    assert await submit_one(missing, pending_pod("team-a")) == TENANCY_RETRY
     assert slurm.specs == [] and events.sent[0][1] == "TenancyPolicyMissing"
 
 
@@ -219,7 +225,7 @@ def gang(ns: str, **ann: str) -> list[dict[str, Any]]:
 async def test_binder_gang_job_as_the_tenants_user() -> None:
     act, slurm, _, _ = actions(READY)
     unclaimed: list[JobInfo] = []
-    assert await act.submit_group("team-a/g", gang("team-a"), lambda: unclaimed) is None
+    assert await act.submit("team-a/g", gang("team-a"), True, lambda: unclaimed) is None
     (spec,) = slurm.specs
     assert (spec.user, spec.account, spec.nodes) == ("team-a", "team-a", 2)
 
@@ -227,7 +233,7 @@ async def test_binder_gang_job_as_the_tenants_user() -> None:
 async def test_binder_gang_refused_now_is_told_and_requeued() -> None:
     act, slurm, events, _ = actions(READY)
     members = gang("team-b")
-    assert await act.submit_group("team-b/g", members, lambda: []) == TENANCY_RETRY
+    assert await act.submit("team-b/g", members, True, lambda: []) == TENANCY_RETRY
     assert slurm.specs == []
     assert sorted((n, r) for n, r, _, _ in events.sent) == [
         ("m0", "NamespaceNotInTenancy"), ("m1", "NamespaceNotInTenancy")]
@@ -287,11 +293,11 @@ async def test_a_gang_never_adopts_a_job_the_binder_cancelled() -> None:
                   nodes=("n1", "n2"), comment=contract.group_comment("c9", "team-a", "g"),
                   partition="k8s", submit_time=1, start_time=1, end_time=0)
     await act.cancel(old, "release")
-    assert await act.submit_group("team-a/g", gang("team-a"), lambda: [old]) is None
+    assert await act.submit("team-a/g", gang("team-a"), True, lambda: [old]) is None
     (spec,) = act.slurm.specs
     assert spec.comment != old.comment  # a new job, with a claim of its own
     fresh, _, _, kube = actions(READY)
-    assert await fresh.submit_group("team-a/g", gang("team-a"), lambda: [old]) is None
+    assert await fresh.submit("team-a/g", gang("team-a"), True, lambda: [old]) is None
     assert fresh.slurm.specs == [] and all(  # type: ignore[attr-defined]
         patch["metadata"]["annotations"][contract.A_JOB_ID] == "122" for _, patch in kube.patches)
 
@@ -310,7 +316,7 @@ async def test_a_refused_resubmit_marks_the_pod_given_back() -> None:
     old = JobInfo(job_id=7, name="k8s:team-a/p", state="RUNNING", reason="None", nodes=("n2",),
                   comment="slurmgate claim=c1 pod=team-a/p", partition="k8s", submit_time=1,
                   start_time=1, end_time=0)
-    d = decide.Decision(decide.RESUBMIT, members=(pod,), cancel=old, job=old,
+    d = decide.Decision(decide.RELEASE, resubmit=(pod,), cancel=old, job=old, cancel_why="resubmit",
                         reason=reasons.EV_NODE_CORDONED, message="cordoned")
     req = Request("team-a", "p")
     await c.apply(req, decide.Unit.single(pod), d)
