@@ -77,17 +77,7 @@ def make_ca(
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            _key_usage(cert_sign=True, key_encipherment=False),
             critical=True,
         )
         .add_extension(ski, critical=False)
@@ -152,19 +142,17 @@ def _leaf_sans(
     return dns, ips
 
 
-def _leaf_key_usage(key: PrivateKey) -> x509.KeyUsage:
+def _key_usage(cert_sign: bool, key_encipherment: bool) -> x509.KeyUsage:
+    """Signatures always; certificate and CRL signing for the CA only."""
     return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        # RSA key exchange needs keyEncipherment; it is meaningless for ECDSA keys.
-        key_encipherment=isinstance(key, rsa.RSAPrivateKey),
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=False,
-        crl_sign=False,
-        encipher_only=False,
-        decipher_only=False,
-    )
+        digital_signature=True, content_commitment=False, key_encipherment=key_encipherment,
+        data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
+        crl_sign=cert_sign, encipher_only=False, decipher_only=False)
+
+
+def _leaf_key_usage(key: PrivateKey) -> x509.KeyUsage:
+    # RSA key exchange needs keyEncipherment; it is meaningless for ECDSA keys.
+    return _key_usage(cert_sign=False, key_encipherment=isinstance(key, rsa.RSAPrivateKey))
 
 
 def _leaf_extensions(

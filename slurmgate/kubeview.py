@@ -94,6 +94,14 @@ class ObjectView:
         """creationTimestamp as the API server wrote it (RFC 3339)."""
         return self.meta.get("creationTimestamp")
 
+    @property
+    def conditions(self) -> list[Mapping[str, Any]]:
+        """status.conditions (a Pod's and a Node's alike)."""
+        return [c for c in _list(self.status.get("conditions")) if isinstance(c, Mapping)]
+
+    def condition(self, kind: str) -> Mapping[str, Any] | None:
+        return next((c for c in self.conditions if c.get("type") == kind), None)
+
 
 class PodView(ObjectView):
     __slots__ = ()
@@ -131,12 +139,6 @@ class PodView(ObjectView):
         g = self.spec.get("terminationGracePeriodSeconds", 30)
         return g if isinstance(g, int) and not isinstance(g, bool) else 30
 
-    @property
-    def conditions(self) -> list[Mapping[str, Any]]:
-        return [c for c in _list(self.status.get("conditions")) if isinstance(c, Mapping)]
-
-    def condition(self, kind: str) -> Mapping[str, Any] | None:
-        return next((c for c in self.conditions if c.get("type") == kind), None)
 
 
 class NodeView(ObjectView):
@@ -163,5 +165,5 @@ class NodeView(ObjectView):
     @property
     def ready(self) -> str:
         """The Ready condition's status: "True", "False" or "Unknown" (also when not said)."""
-        return next((str(c.get("status")) for c in _list(self.status.get("conditions"))
-                     if isinstance(c, Mapping) and c.get("type") == "Ready"), "Unknown")
+        ready = self.condition("Ready")
+        return str(ready.get("status")) if ready is not None else "Unknown"

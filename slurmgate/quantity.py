@@ -6,23 +6,10 @@ import math
 import re
 from fractions import Fraction
 
+# Kubernetes' suffixes: SI (n, u, m, none, k ... E: powers of 1000) and binary (Ki ... Ei)
 _SUFFIX = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+    **{s: Fraction(1000) ** (i - 3) for i, s in enumerate(["n", "u", "m", "", *"kMGTPE"])},
+    **{f"{s}i": Fraction(2 ** (10 * i)) for i, s in enumerate("KMGTPE", 1)},
 }
 _RE = re.compile(
     r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d{1,3})|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
