@@ -41,7 +41,10 @@ the background grows from one to the next), side by side in one run:
               placeholder's shape submitted, run and cancelled directly through slurmrestd
               (Slurm's submit -> RUNNING; the submit and cancel slurmgate's own are held to:
               its POST job/submit and DELETE job/{id}, apart from its GET job/{id} reads)
-  in flight   K marked Pods at once (one per node bound, the rest gated) and a cost window
+  in flight   K marked Pods at once (one per node bound, the rest gated) and a cost window;
+              then, still in flight, 20 s of the binder's state reads beside the same read made
+              directly on the same ids (the ratio of their p99s is the binder's own: the
+              moment's load shows in both)
 
 A Markdown table per release on stdout (a column per N, then requests by endpoint, then the
 verdicts against issue 29's targets), and everything in bench/results/busy-<time>.json.
@@ -100,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--versions", default=None,
                     help=f"Slurm releases, one after the other (default all: "
                          f"{','.join(slurm_release.RELEASES)})")
-    ap.add_argument("--pods", type=int, default=8, help="our marked Pods (default %(default)s)")
+    ap.add_argument("--pods", type=int, default=16, help="our marked Pods (default %(default)s)")
     ap.add_argument("--window", type=float, default=30.0,
                     help="seconds of each cost window (default %(default)s)")
     ap.add_argument("--nodes", type=int, default=4,

@@ -1,6 +1,6 @@
 """The measured phases of the busy-site bench (bench/busy.py), on one cluster and one
-background: a cost window, a latency phase of marked Pods, the kube-scheduler floor, Slurm's
-floor (the same submit and cancel made directly to slurmrestd), the cleanup after each.
+background: a cost window, a latency phase of marked Pods, the kube-scheduler floor, the Pods
+in flight, the cleanup after each (the bench's own calls to Slurm: bench/busy_floor.py).
 Imports cluster.* (through bench.harness): import it only once the environment is set."""
 
 from __future__ import annotations
@@ -24,33 +24,27 @@ from bench.busy_cost import (
     pct_of_core,
     rest_by_endpoint,
 )
+from bench.busy_floor import (
+    job_ended,
+    reads_side_by_side,
+    scrape,
+    wait_ours_idle,
+)
 from bench.harness import Env
 from bench.observers import PodWatch
-from bench.stats import binned_lat, lat, log, spread
+from bench.stats import lat, log, spread
 from slurmgate import jsonpool
 from slurmgate.config import SlurmSettings
 from slurmgate.contract import A_PARTITION, COMMENT_PREFIX
-from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
-from slurmgate.slurm.models import ENDED_STATES
-from slurmgate.slurm.restmetrics import LAT_BUCKETS, RestMetrics
+from slurmgate.kube import pod_path
+from slurmgate.slurm import SlurmClient
+from slurmgate.slurm.restmetrics import RestMetrics
 
 COMPONENTS = ("binder", "webhook")
-FLOOR_PARTITION = "k8s"
 WHOLE_LIST_RUNS = 3
 # a busy site's whole list may take longer than the binder's own request timeout: it is
 # measured whole here, and the report says when the binder's timeout would have cut it
 WHOLE_LIST_TIMEOUT_S = 600.0
-
-
-async def scrape(env: Env) -> dict[str, Samples]:
-    """/metrics of the webhook and the binder (empty for one that does not answer)."""
-    out: dict[str, Samples] = {}
-    for name, get in (("binder", env.binder_metrics), ("webhook", env.webhook_metrics)):
-        try:
-            out[name] = await get()
-        except Exception:
-            out[name] = []
-    return out
 
 
 async def wait_first_whole_list(env: Env, limit: float = 900.0) -> float:
@@ -96,38 +90,6 @@ async def window(env: Env, watched: Watched, seconds: float, running: bool) -> d
             - util.prom_sum(m0["binder"], "slurmgate_binder_slurm_polls_total", outcome=k)
             for k in ("changed", "not_modified")}
     return out
-
-
-async def wait_ours_idle(env: Env, job_ids: set[int], limit: float = 120.0) -> float:
-    """Until each of `job_ids` has ended and every node of our partition is idle (never a
-    list of every job: on a busy site that is the expensive read); cancels what is still
-    there half-way. Returns seconds."""
-    t0 = time.monotonic()
-    left = set(job_ids)
-    cancelled = False
-    while True:
-        for j in sorted(left):
-            try:
-                info = await env.slurm.job(j)
-            except Exception:
-                continue
-            if info is None or info.state in ENDED_STATES:
-                left.discard(j)
-        try:
-            nodes = [n for n in await env.slurm.nodes() if FLOOR_PARTITION in n.partitions]
-        except Exception:
-            nodes = []
-        busy = [n.name for n in nodes if n.state != "IDLE" or "COMPLETING" in n.flags]
-        if not left and nodes and not busy:
-            return round(time.monotonic() - t0, 1)
-        waited = time.monotonic() - t0
-        if waited > limit / 2 and left and not cancelled:
-            cancelled = True
-            await env.cancel_jobs(sorted(left), 8)
-        if waited > limit:
-            raise TimeoutError(f"our jobs {sorted(left)[:5]} or nodes {busy[:5]} still busy "
-                               f"after {limit:.0f}s")
-        await asyncio.sleep(0.5)
 
 
 async def clear(env: Env, ns: str, job_ids: set[int]) -> None:
@@ -186,6 +148,14 @@ async def latency(env: Env, ns_name: str, pods: int, nodes: int) -> dict[str, An
             unbound += len(ok) - len(bound)
             half = dict(list(bound.items())[: (len(bound) + 1) // 2])
             ends += await end_noticed(env, half, ns)
+            # the rest deleted one at a time, each job gone before the next: the binder's
+            # cancels then meet slurmctld alone, as the floor's direct ones do (a round deleted
+            # at once queues its cancels behind each other: another figure, not slurmgate's)
+            for name, job_id in bound.items():
+                if name not in half:
+                    await env.kube.request("DELETE", pod_path(ns, name),
+                                           params={"gracePeriodSeconds": "0"})
+                    await job_ended(env, job_id)
             await clear(env, ns, {c.job_id for c in made if c.job_id})
     finally:
         await w.stop()
@@ -220,61 +190,14 @@ async def kube_floor(env: Env, ns_name: str, pods: int) -> dict[str, Any]:
             "create_to_bound": spread(made, w.bound_at)}
 
 
-# the floor's own reads of its jobs' states, each job's while it runs, as far apart as the
-# binder's polls while a job of ours is in flight (binder/jobpoll.py): the binder's periodic
-# read made directly, in the same run, at the same resolution
-FLOOR_READS_PER_JOB = 12
-FLOOR_READ_GAP_S = 0.1
-
-
-async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
-    """The webhook's submit, the binder's state read and its cancel, made directly to
-    slurmrestd: each job submitted alone, waited for until RUNNING, its state read (with the
-    ids before it, as the binder asks for every id it watches), then cancelled (KILL)."""
-    ctld_log, _ = env.logs()
-    at = attribution.size_of(ctld_log)
-    d = await env.slurm.dialect()
-    submit, cancel, reads, ids = [], [], [], []
-    for i in range(n):
-        spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024, cpus=1,
-                       partition=FLOOR_PARTITION)
-        t0 = time.perf_counter()
-        jid = await env.slurm.submit(spec)
-        submit.append(time.perf_counter() - t0)
-        ids.append(jid)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            j = await env.slurm.job(jid)
-            if j is not None and j.state == RUNNING:
-                break
-            await asyncio.sleep(0.05)
-        for _ in range(FLOOR_READS_PER_JOB):
-            t0 = time.perf_counter()
-            # the binder's read per release: one filtered GET jobs/state (24.11+), or each
-            # job's record where slurmrestd cannot filter (22.05: the job in flight)
-            await (env.slurm.job_states(ids) if d.state_query else env.slurm.job(jid))
-            reads.append(time.perf_counter() - t0)
-            await asyncio.sleep(FLOOR_READ_GAP_S)
-        t0 = time.perf_counter()
-        await env.slurm.cancel(jid, "KILL")
-        cancel.append(time.perf_counter() - t0)
-    await wait_ours_idle(env, set(ids))
-    sub, run = attribution.slurm_submits(ctld_log, at), attribution.slurm_running(ctld_log, at)
-    # also at the resolution of slurmgate's own figures (a histogram): like with like
-    return {"submit": lat(submit), "cancel": lat(cancel), "read": lat(reads),
-            "read_endpoint": "jobs/state" if d.state_query else "job/{id}",
-            "submit_binned": binned_lat(submit, LAT_BUCKETS),
-            "cancel_binned": binned_lat(cancel, LAT_BUCKETS),
-            "read_binned": binned_lat(reads, LAT_BUCKETS),
-            "submit_to_running": lat([run[j] - sub[j] for j in ids if j in sub and j in run])}
-
-
 async def pods_in_flight(env: Env, watched: Watched, ns_name: str, pods: int, nodes: int,
-                         seconds: float, partition: str | None = None) -> dict[str, Any]:
+                         seconds: float, partition: str | None = None,
+                         side_by_side: float = 0.0) -> dict[str, Any]:
     """`pods` marked Pods at once (as many bound as there are nodes, the rest gated behind
-    them), in `partition` (None: Slurm's default, k8s), then a cost window; the binder
-    cancels every job once they are deleted. With `pods` = `nodes` nothing of ours is in
-    flight during the window: it is the idle cost of bound Pods."""
+    them), in `partition` (None: Slurm's default, k8s), then a cost window, then (for
+    `side_by_side` seconds) the binder's state reads beside the same reads made directly;
+    the binder cancels every job once they are deleted. With `pods` = `nodes` nothing of ours
+    is in flight during the window: it is the idle cost of bound Pods."""
     ns = await env.namespace(ns_name)
     w = PodWatch(env.kube, ns)
     await w.start()
@@ -289,6 +212,9 @@ async def pods_in_flight(env: Env, watched: Watched, ns_name: str, pods: int, no
     await asyncio.sleep(2.0)
     out = await window(env, watched, seconds, running=True)
     out["pods"] = {"created": sum(c.ok for c in made), "bound": bound}
+    if side_by_side > 0:  # after the window: its direct reads must not count as our cost
+        out["reads_side_by_side"] = await reads_side_by_side(
+            env, [c.job_id for c in made if c.job_id], side_by_side)
     await w.stop()
     await clear(env, ns, {c.job_id for c in made if c.job_id})
     return out

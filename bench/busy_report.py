@@ -170,8 +170,13 @@ def _slowest_read(s: Seg) -> str:
 
 
 def read_versus_direct(s: Seg) -> tuple[dict[str, Any] | None, Any]:
-    """The binder's periodic state read (the endpoint the floor read: jobs/state, or job/{id}
-    on 22.05) in the Pods window, and the same read made directly (seg["floor"])."""
+    """The binder's periodic state read (jobs/state, or job/{id} on 22.05) and the same read
+    made directly: side by side, over the same seconds and ids with our Pods in flight, where
+    the run measured it (seg["pods"]["reads_side_by_side"]); else the binder's in the Pods
+    window against the floor's own reads (seg["floor"]), made at another moment."""
+    side = get(s, "pods", "reads_side_by_side")
+    if side:
+        return get(side, "ours"), get(side, "direct")
     ep = get(s, "floor", "read_endpoint")
     ours = by_method(get(s, "pods", "rest", "binder", ep), "GET") if ep else None
     return ours, get(s, "floor", "read_binned")
@@ -236,8 +241,8 @@ def rows(pods: int) -> list[tuple[str, Callable[[Seg], str]]]:
         (f"binder CPU %: idle / {pods} Pods, RSS peak MiB", _own("binder")),
         (f"webhook CPU %: idle / {pods} Pods, RSS peak MiB", _own("webhook")),
         (f"slowest read p99 ms ({pods} Pods window)", _slowest_read),
-        (f"binder's state read p50 / p99 ms ({pods} Pods window); the same read direct, same "
-         "buckets (p99 ratio)", _read_versus),
+        (f"binder's state read p50 / p99 ms ({pods} Pods in flight); the same read direct, "
+         "side by side, same buckets (p99 ratio)", _read_versus),
         ("admission p50 / p99 ms: marked; unmarked",
          _lats(("latency_hook", "admission"), ("unmarked", "admission"))),
         ("create -> bound p50 / p99 ms: hook on; off; kube-scheduler",

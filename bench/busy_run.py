@@ -16,6 +16,7 @@ from typing import Any
 
 from bench import util
 from bench.busy_cost import Watched, rest_by_endpoint, site_cost
+from bench.busy_floor import READS_SIDE_BY_SIDE_S, slurm_floor
 from bench.busy_load import ForeignLoad
 from bench.busy_phases import (
     delete_lease,
@@ -23,7 +24,6 @@ from bench.busy_phases import (
     latency,
     pods_in_flight,
     scrape,
-    slurm_floor,
     wait_first_whole_list,
     whole_lists,
     window,
@@ -135,7 +135,7 @@ async def running_phases(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge,
         seg["floor"] = await slurm_floor(env, a.pods)
         log(f"N={n}: {a.pods} Pods in flight, window")
         seg["pods"] = await pods_in_flight(env, ours, f"busy-{n}-inflight", a.pods, a.nodes,
-                                           a.window)
+                                           a.window, side_by_side=READS_SIDE_BY_SIDE_S)
     finally:
         hook(lc, True)
         m1, dt = await scrape(env), time.monotonic() - t0

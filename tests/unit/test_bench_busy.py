@@ -34,7 +34,7 @@ def test_defaults_three_sizes_every_release() -> None:
     a = busy.parse_args([])
     assert a.background_jobs == [0, 10_000, 50_000]
     assert a.versions == EVERY
-    assert (a.churn, a.pods, a.window, a.nodes, a.site_nodes) == (5.0, 8, 30.0, 4, 4)
+    assert (a.churn, a.pods, a.window, a.nodes, a.site_nodes) == (5.0, 16, 30.0, 4, 4)
     assert a.run_dir == Path("/tmp/slurmgate-busy")
 
 
@@ -362,6 +362,16 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
             "p99_ms"] / binned_lat([0.1] * 20, LAT_BUCKETS)["p99_ms"], 1e-3)
     assert busy_report.targets({"by_n": [results["by_n"][0]]})[
         "state_read_p99_vs_direct"] == {"value": 1.0, "limit": 1.2, "ok": True}
+    # measured side by side (the same seconds, the same ids): that pair is the verdict's,
+    # not the floor's reads made at another moment
+    side = {"endpoint": "jobs/state", "ours": binned_lat([0.012] * 30, LAT_BUCKETS),
+            "direct": binned_lat([0.011] * 190, LAT_BUCKETS)}
+    results["by_n"][1]["pods"]["reads_side_by_side"] = side
+    read = busy_report.targets(results)["state_read_p99_vs_direct"]
+    assert read["ok"] is True and read["value"] == pytest.approx(
+        side["ours"]["p99_ms"] / side["direct"]["p99_ms"], 1e-3)
+    assert "side by side" in busy_report.release_table(results, 8)
+    del results["by_n"][1]["pods"]["reads_side_by_side"]
 
     text = busy_report.release_table(results, 8)
     lines = text.splitlines()
