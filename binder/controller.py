@@ -64,7 +64,7 @@ class Controller:
         self.jobs.cancelled = self.actions.cancelled
         self.actions.background.on_condition_failed = lambda key: self.queue.add_after(
             self.index.request(key), 1.0)
-        self.nodesync = NodeSync(slurm, self.nodes, self.node_queue)
+        self.nodesync = NodeSync(slurm, self.nodes, self.node_queue, self._stopping_on)
         self._announced: dict[str, None] = {}  # Pod uids told about their job (insertion order)
         self._refused: set[Request] = set()  # units the tenancy policy refused a submit
 
@@ -102,6 +102,22 @@ class Controller:
                 self.index.pod_changed(key, old, new)  # so the push below finds its claim
                 self.jobs.pod_seen(int(job))
         self.queue.add(self.index.pod_changed(key, old, new))
+        was = PodView(old).node_name if old is not None else ""
+        if was and (new is None or not podview.occupies(new)):
+            self.node_queue.add(was)  # it may have been what kept its Slurm node drained
+
+    def _stopping_on(self, k8s_node: str) -> list[str]:
+        """Our Pods that still occupy this Node while their job's placeholder no longer keeps
+        its Slurm node (binder/nodesync.held). A walk over our Pods, never Slurm's."""
+        out = []
+        for key, pod in list(self.pods.store.items()):
+            v = PodView(pod)
+            if v.node_name != k8s_node or not podview.occupies(pod):
+                continue
+            slurm_node = v.annotations.get(contract.A_SLURM_NODE, "")
+            if not podview.placeholder_on(self.jobs.get(claim_of(pod)), slurm_node):
+                out.append(key)
+        return sorted(out)
 
     def _on_job(self, claim: str, job: JobInfo | None) -> None:
         req = self.index.job_changed(claim)
@@ -200,6 +216,9 @@ class Controller:
 
     async def _release(self, req: Request, unit: Unit, d: Decision) -> None:
         act = self.actions
+        # first, whatever must keep Slurm off their Nodes while they stop (a failed node)
+        await asyncio.gather(*(self.nodesync.settle(n) for n in
+                               {PodView(p).node_name for p in d.evict} - {""}))
         retry = await asyncio.gather(*(act.evict(p, d.reason, d.message, d.status, d.stop_by)
                                        for p in d.evict))
         if any(r is not None for r in retry):  # a PodDisruptionBudget said no, for now

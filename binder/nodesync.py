@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from slurmgate import contract
@@ -24,6 +25,13 @@ CACHE_SECONDS = 1.0
 WHOLE_LIST_EVERY = 300.0
 
 
+# (action, for Pods stopping after a node failure rather than a cordon) -> the log line
+LOG_LINES = {
+    ("drain", False): "node cordoned; Slurm node drained",
+    ("resume", False): "node uncordoned; Slurm node resumed",
+    ("drain", True): "Pods of ours still stopping after a node failure; Slurm node drained",
+    ("resume", True): "no Pod of ours stopping any more; Slurm node resumed",
+}
 FAILED_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING", "ERROR", "NOT_RESPONDING"})
 
 
@@ -36,30 +44,57 @@ def tainted(node: dict[str, Any]) -> bool:
                for t in NodeView(node).taints)
 
 
+def drained(sn: NodeInfo) -> bool:
+    return "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
+
+
 def ours_drained(sn: NodeInfo) -> bool:
-    drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
-    return drained and (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
+    return drained(sn) and (sn.reason or "").startswith(contract.OUR_DRAIN_PREFIXES)
 
 
-def node_action(node: dict[str, Any], sn: NodeInfo) -> str | None:
-    """What to do for a Node: "drain" its Slurm node once cordoned, "resume" it once
-    uncordoned if we drained it, else None. A drain someone else made (an admin, Slurm's own
-    health checks) is never undone."""
+def held(sn: NodeInfo, stopping: list[str]) -> bool:
+    """Pods of ours still stop on the Node (`stopping`) while no placeholder keeps its Slurm
+    node: after a node failure (the job ended NODE_FAIL or was requeued) Slurm gives the node
+    to the next job the moment its slurmd registers, and only a drain keeps it off until the
+    Pods are gone. Any other end keeps the node in Slurm for KillWait or the GraceTime, which
+    the eviction's grace is held to (slurmgate/preemption.py)."""
+    return bool(stopping) and (failed(sn) or (
+        drained(sn) and (sn.reason or "").startswith(contract.DRAIN_STOPPING_PREFIX)))
+
+
+def node_action(node: dict[str, Any], sn: NodeInfo, stopping: list[str] | None = None
+                ) -> str | None:
+    """What to do for a Node: "drain" its Slurm node once cordoned or held (see held()),
+    "resume" it once neither if we drained it and it has not failed (a resume would undo a
+    DOWN), else None. A drain someone else made (an admin, Slurm's own health checks) is never
+    undone."""
     cordoned = NodeView(node).unschedulable
-    drained = "DRAIN" in sn.flags or sn.state in ("DRAIN", "DRAINED", "DRAINING")
-    ours = (sn.reason or "").startswith(contract.DRAIN_REASON_PREFIX)
-    if cordoned and not drained:
+    hold = held(sn, stopping or [])
+    if (cordoned or hold) and not drained(sn):
         return "drain"
-    if not cordoned and drained and ours:
+    if not cordoned and not hold and ours_drained(sn) and not failed(sn):
         return "resume"
     return None
 
 
+def drain_reason(k8s_name: str, sn: NodeInfo, stopping: list[str]) -> str:
+    """Ours (contract.OUR_DRAIN_PREFIXES); a hold keeps the reason it replaces in view."""
+    if not held(sn, stopping):
+        return f"{contract.DRAIN_REASON_PREFIX} {k8s_name}"
+    pods = ", ".join(stopping[:2]) + (f" and {len(stopping) - 2} more" if len(stopping) > 2
+                                      else "")
+    was = f"; was: {sn.reason}" if sn.reason else ""
+    return f"{contract.DRAIN_STOPPING_PREFIX} on {k8s_name} ({pods}){was}"[:200]
+
+
 class NodeSync:
-    def __init__(self, slurm: SlurmClient, nodes: Informer, queue: WorkQueue[str]) -> None:
+    def __init__(self, slurm: SlurmClient, nodes: Informer, queue: WorkQueue[str],
+                 stopping: Callable[[str], list[str]] = lambda _node: []) -> None:
         self.slurm = slurm
         self.nodes = nodes
         self.queue = queue
+        # a Node's Pods of ours that still occupy it while no placeholder keeps its Slurm node
+        self.stopping = stopping
         self._nodes: dict[str, NodeInfo] = {}
         self._warned: set[str] = set()  # Nodes reported without the taint
         self._at = 0.0
@@ -119,7 +154,7 @@ class NodeSync:
         for key, node in list(self.nodes.store.items()):
             view = node_ref(node)
             sn = self._nodes.get(view.slurm_node) if view and view.slurm_node else None
-            if sn is not None and node_action(node, sn):
+            if sn is not None and node_action(node, sn, self.stopping(key)):
                 out.append(key)
             if view and view.slurm_node and not tainted(node):
                 untainted.append(key)
@@ -152,27 +187,38 @@ class NodeSync:
             log.warning("node sync failed; will retry",
                         extra=kv(node=key, error=str(e), retry_in=round(delay, 2)))
 
-    async def _reconcile(self, k8s_name: str) -> None:
+    async def settle(self, k8s_name: str) -> None:
+        """Reconcile one Node now from a fresh read of its Slurm node (GET /node/{name}: one
+        node's cost): before its Pods are evicted, so that a hold is in place before they
+        go (a failed node may be back any moment)."""
+        try:
+            await self._reconcile(k8s_name, fresh=True)
+        except Exception as e:  # the evictions go on; the drift check looks again
+            log.warning("node sync before an eviction failed", extra=kv(node=k8s_name,
+                                                                       error=str(e)))
+
+    async def _reconcile(self, k8s_name: str, fresh: bool = False) -> None:
         node = self.nodes.store.get(k8s_name)
         if node is None:
             return
         slurm_name = NodeView(node).slurm_node
         if not slurm_name:
             return
-        sn = await self._slurm_node(slurm_name)
+        sn = await (self.slurm.node(slurm_name) if fresh else self._slurm_node(slurm_name))
         if sn is None:
             log.warning("no such Slurm node", extra=kv(node=k8s_name, slurm_node=slurm_name))
             return
-        action = node_action(node, sn)
+        stopping = self.stopping(k8s_name)
+        action = node_action(node, sn, stopping)
+        if action is None:
+            return
         if action == "drain":
-            await self._update(slurm_name, True, f"{contract.DRAIN_REASON_PREFIX} {k8s_name}")
-            self._at = 0.0
-            metrics.NODE_ACTIONS.labels("drain").inc()
-            log.info("node cordoned; Slurm node drained",
-                     extra=kv(node=k8s_name, slurm_node=slurm_name))
-        elif action == "resume":
+            await self._update(slurm_name, True, drain_reason(k8s_name, sn, stopping))
+        else:
             await self._update(slurm_name, False, None)
-            self._at = 0.0
-            metrics.NODE_ACTIONS.labels("resume").inc()
-            log.info("node uncordoned; Slurm node resumed",
-                     extra=kv(node=k8s_name, slurm_node=slurm_name))
+        self._at = 0.0
+        metrics.NODE_ACTIONS.labels(action).inc()
+        for_stopping = held(sn, stopping) or (sn.reason or "").startswith(
+            contract.DRAIN_STOPPING_PREFIX)
+        log.info(LOG_LINES[action, for_stopping],
+                 extra=kv(node=k8s_name, slurm_node=slurm_name, pods=stopping or None))

@@ -15,6 +15,8 @@ from typing import Any
 from slurmgate import contract, podrequest, quantity, reasons
 from slurmgate.kubeview import NodeView, PodView
 from slurmgate.slurm import (
+    ALLOCATED_STATES,
+    MAY_HOLD_NODE_STATES,
     RELEASED_STATES,
     RUNNING,
     STOPPING_STATES,
@@ -129,6 +131,12 @@ def handoff_left(gated: tuple[Pod, ...], now: float, grace: float) -> float:
 def holds_node(job: JobInfo) -> bool:
     """The job's placeholder may still be on its Node (PREEMPTED included, see models.py)."""
     return job.state not in RELEASED_STATES
+
+
+def placeholder_on(job: JobInfo | None, slurm_node: str) -> bool:
+    """The job's placeholder is (or may still be) on this Slurm node: Slurm keeps the node."""
+    return (job is not None and slurm_node in job.nodes
+            and job.state in ALLOCATED_STATES | MAY_HOLD_NODE_STATES)
 
 
 def needs_kill(job: JobInfo) -> bool:

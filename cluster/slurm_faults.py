@@ -21,6 +21,12 @@ def kill_daemon(run_dir: Path, name: str, timeout: float = 10.0) -> None:
         proc.kill_and_wait(pid, name, timeout)
 
 
+def running(run_dir: Path, name: str) -> bool:
+    """Whether the daemon recorded under `name` is alive (and ours)."""
+    run_dir = Path(run_dir).resolve()
+    return ours(run_dir, load(run_dir).pids.get(name, 0))
+
+
 def start_daemon(run_dir: Path, name: str, timeout: float = 60.0,
                  clear_state: bool = False) -> int:
     """Start slurmctld or slurmrestd again; wait until it answers; record the new PID in

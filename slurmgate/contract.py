@@ -104,6 +104,10 @@ INFRA_NAMESPACE_LABEL = f"{DOMAIN}/node-infrastructure"
 LEADER_LABEL = f"{DOMAIN}/binder-leader"
 # Prefix of the Slurm drain reason we set on cordon; resume touches only nodes with it.
 DRAIN_REASON_PREFIX = "slurmgate: cordoned"
+# ... and while a Pod of ours still stops on a Node whose Slurm node failed: nothing of Slurm's
+# holds the node then, and it goes to the next job the moment its slurmd registers again
+DRAIN_STOPPING_PREFIX = "slurmgate: Pod still stopping"
+OUR_DRAIN_PREFIXES = (DRAIN_REASON_PREFIX, DRAIN_STOPPING_PREFIX)
 
 # --- the Pod condition that shows Slurm's decision (`kubectl describe`, `kubectl wait`) ---
 # False while the Pod waits (reason: Slurm's own, e.g. Resources or Priority, or one of ours

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cluster import incluster, realnode
+from cluster import incluster, realnode, slurm_faults
 from cluster import local as local_mod
 from cluster.realnode import NodeSpec
 from slurmgate import contract, reasons
@@ -335,3 +335,35 @@ def test_a_timed_out_placeholder_holds_the_node_until_the_pod_is_gone(
         assert _state(cluster, int(placeholder)) not in ("RUNNING", "PENDING")
     finally:
         slurm_cli(cluster, "scancel", str(waiting))
+
+
+def test_a_failed_node_goes_back_to_slurm_only_once_the_pod_is_gone(
+        cluster: local_mod.Local, admin: Kubectl, deployed: incluster.InCluster) -> None:
+    """n2's slurmd dies and the node is marked DOWN (as a health check would): Slurm ends the
+    placeholder (NODE_FAIL) and the binder evicts the stubborn Pod (grace 10 s) as
+    SlurmNodeFailed. But the Node's kubelet never went away: the Pod still runs while its
+    node is back in Slurm the moment its slurmd registers again (ReturnToService=2), with a
+    scavenger job waiting for it. That job must not start while the Pod runs there."""
+    marker, placeholder = _stubborn_on_n2(admin, deployed.image, "inv-nodefail", grace=10)
+    waiting = _sbatch(cluster, "-p", "scavenger", "--wrap=sleep 600")
+    run_dir, daemon = cluster.slurm.run_dir, "slurmd-n2"
+    try:
+        with OverlapSampler(str(cluster.slurm.conf), "n2", marker) as s:
+            wait_until("the sampler saw the Pod", s.saw_pod, 10)
+            assert _state(cluster, waiting) == "PENDING"
+            slurm_faults.kill_daemon(run_dir, daemon)
+            slurm_cli(cluster, "scontrol", "update", "nodename=n2", "state=down",
+                      "reason=e2e node failure")
+            wait_until("the Pod evicted as SlurmNodeFailed",
+                       lambda: reasons.EV_NODE_FAILED in _reasons(admin, "inv-nodefail"), 60)
+            # back at once: the Pod may still be stopping (it ignores SIGTERM)
+            slurm_faults.start_daemon(run_dir, daemon)
+            wait_until("the waiting job RUNNING on n2",
+                       lambda: _state(cluster, waiting) == "RUNNING", 120)
+            wait_until("the sampler saw the waiting job", lambda: s.saw_job(waiting), 30)
+        assert s.saw_pod() and not s.overlaps, s.report()
+        assert _state(cluster, int(placeholder)) not in ("RUNNING", "PENDING")
+    finally:
+        slurm_cli(cluster, "scancel", str(waiting))
+        if not slurm_faults.running(run_dir, daemon):
+            slurm_faults.start_daemon(run_dir, daemon)

@@ -37,6 +37,7 @@ from cluster import proc
 from cluster.bridge import NAMESPACE, Bridge
 from cluster.local import Local
 from slurmgate import contract
+from slurmgate.binder import nodesync
 from tests.e2e.conftest import Kubectl, marked_pod, squeue, wait_until
 from tests.e2e.faultkit import (
     LEASE,
@@ -61,7 +62,7 @@ EXITING = "lost leadership or failed; exiting so a fresh process starts clean"
 # controller.py, nodesync.py). A resubmit logs nothing of its own: the job count catches it.
 ACTED = ("pod bound", "pod evicted", "group job submitted", "group bound", "group released",
          "pod gone; job cancelled", "orphan job cancelled", "duplicate job of a claim cancelled",
-         "node cordoned; Slurm node drained", "node uncordoned; Slurm node resumed")
+         *nodesync.LOG_LINES.values())
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING")
 NAMES = ("before", "during", "g0", "g1")  # bound by the old leader, then by the new one
 

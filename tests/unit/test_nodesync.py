@@ -10,7 +10,7 @@ import pytest
 
 from slurmgate import contract
 from slurmgate.binder.controller import Controller as Binder
-from slurmgate.binder.nodesync import node_action
+from slurmgate.binder.nodesync import drain_reason, node_action
 from slurmgate.binder.podview import NodeRef, node_ref
 from slurmgate.slurm import JobInfo, NodeInfo
 
@@ -180,3 +180,69 @@ def test_a_pod_whose_admission_submit_got_no_answer_has_its_job_looked_for_by_na
     b._on_pod("ns/p", None, pod)
     name = f"{contract.JOB_NAME_PREFIX}ns/{pod['metadata']['name']}"
     assert b.jobs.finder.wanted.until[name] >= before + controller.UNANSWERED_SUBMIT_WATCH
+
+
+HELD = f"{contract.DRAIN_STOPPING_PREFIX} on kwok-n1 (ns/p)"
+
+
+@pytest.mark.parametrize(("cordoned", "sn", "stopping", "want"), [
+    # a Pod of ours still stops on a node that failed: keep Slurm off it
+    (False, snode("DOWN", (), "e2e node failure"), ["ns/p"], "drain"),
+    (False, snode("IDLE", ("NOT_RESPONDING",)), ["ns/p"], "drain"),
+    # drained already (ours or an admin's): nothing more
+    (False, snode("DOWN", ("DRAIN",), HELD), ["ns/p"], None),
+    (False, snode("DOWN", ("DRAIN",), "admin: PSU"), ["ns/p"], None),
+    # back (slurmd registered) while the Pod still stops: the hold stays
+    (False, snode("IDLE", ("DRAIN",), HELD), ["ns/p"], None),
+    # the Pod gone: resumed once the node is back, never while it is still DOWN
+    (False, snode("IDLE", ("DRAIN",), HELD), [], "resume"),
+    (False, snode("DOWN", ("DRAIN",), HELD), [], None),
+    # any other end keeps the node in Slurm through KillWait or GraceTime: no hold
+    (False, snode("IDLE"), ["ns/p"], None),
+    (False, snode("ALLOCATED"), ["ns/p"], None),
+    # cordoned as well: the cordon keeps it drained after the Pod is gone
+    (True, snode("IDLE", ("DRAIN",), HELD), [], None),
+])
+def test_node_held_while_a_pod_stops_after_a_node_failure(
+        cordoned: bool, sn: NodeInfo, stopping: list[str], want: str | None) -> None:
+    assert node_action(knode(cordoned=cordoned), sn, stopping) == want
+
+
+def test_the_hold_says_whose_pods_and_keeps_the_reason_it_replaces() -> None:
+    why = drain_reason("kwok-n1", snode("DOWN", (), "e2e node failure"), ["ns/a", "ns/b", "x/c"])
+    assert why.startswith(contract.DRAIN_STOPPING_PREFIX)
+    assert "ns/a, ns/b and 1 more" in why and why.endswith("was: e2e node failure")
+    assert drain_reason("kwok-n1", snode(), []) == OURS  # a cordon's, as before
+
+
+class DrainingSlurm(FakeSlurm):
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        super().__init__(nodes)
+        self.drained: list[tuple[str, str]] = []
+
+    async def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
+
+
+def test_evicting_from_a_failed_node_drains_it_first() -> None:
+    fake = DrainingSlurm([snode("DOWN", (), "e2e node failure")])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {"kwok-n1": knode()}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
+                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
+           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    b.pods.store = {"ns/p": pod}
+    ended = JobInfo(job_id=7, name="x", state="NODE_FAIL", reason="NodeDown", nodes=("n1",),
+                    comment="", partition="k8s", submit_time=1, start_time=2, end_time=3)
+    b.jobs.by_claim["c1"] = ended
+    assert b._stopping_on("kwok-n1") == ["ns/p"]
+    asyncio.run(b.nodesync.settle("kwok-n1"))
+    assert fake.one_by_one == ["n1"]  # one node's read, not the site's list
+    ((node, reason),) = fake.drained
+    assert node == "n1" and reason.startswith(f"{contract.DRAIN_STOPPING_PREFIX} on kwok-n1")
+    # while its placeholder runs there, the Pod is not "stopping" and nothing is held
+    b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state="RUNNING", reason="",
+                                    nodes=("n1",), comment="", partition="k8s",
+                                    submit_time=1, start_time=2, end_time=0)
+    assert b._stopping_on("kwok-n1") == []
