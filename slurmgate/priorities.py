@@ -52,13 +52,8 @@ class RuleError(ValueError):
         self.detail = detail
 
 
-class PriorityDenied(Exception):
+class PriorityDenied(reasons.Denied):
     """The Pod's PriorityClass forbids what its annotations ask; `reason` is CamelCase."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)

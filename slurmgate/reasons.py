@@ -11,6 +11,17 @@ from __future__ import annotations
 
 from slurmgate import contract
 
+
+class Denied(Exception):
+    """A refusal with one of the CamelCase reasons below: admission denies with it, the binder
+    emits it as a Warning Event when it refuses the same thing later."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 # --- Event reasons on Pods (`kubectl describe pod`) ---
 EV_JOB_SUBMITTED = "SlurmJobSubmitted"
 # Slurm answered the submit and said no (an invalid account or QOS, MaxJobCount reached): the

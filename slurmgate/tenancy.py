@@ -67,13 +67,8 @@ class PolicyError(ValueError):
         self.path = path
 
 
-class TenancyDenied(Exception):
+class TenancyDenied(reasons.Denied):
     """The policy refuses the Pod; `reason` is one of the CamelCase reasons above."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
