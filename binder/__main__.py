@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,8 +11,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from slurmgate import logs
-from slurmgate.config import ConfigError
+from slurmgate import entry
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
 from slurmgate.slurm import SlurmClient
@@ -174,12 +172,7 @@ async def run(cfg: BinderConfig) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
-        # the process's one read of its settings; everything below gets them from cfg
-        cfg = config.load(argv, os.environ)
-    except ConfigError as e:
-        raise SystemExit(f"slurmgate-binder: {e}") from None
-    logs.setup(cfg.log_level)
+    cfg = entry.start("slurmgate-binder", config.load, argv)
     raise SystemExit(asyncio.run(run(cfg)))
 
 

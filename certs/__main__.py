@@ -38,14 +38,22 @@ def _expiry(cert: x509.Certificate) -> str:
     return cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _reusable_ca(out: Path, renew_days: int) -> tuple[pki.PrivateKey, x509.Certificate] | None:
-    crt, key = out / "ca.crt", out / "ca.key"
+def _pair(crt: Path, key: Path) -> tuple[x509.Certificate, pki.PrivateKey] | None:
+    """A certificate and its key from their files, or None when either is missing or bad."""
     if not (crt.is_file() and key.is_file()):
         return None
     try:
-        ca_cert, ca_key = pki.load_cert(crt), pki.load_key(key)
+        return pki.load_cert(crt), pki.load_key(key)
     except ValueError:
         return None
+
+
+def _reusable_ca(out: Path, renew_days: int) -> tuple[pki.PrivateKey, x509.Certificate] | None:
+    crt = out / "ca.crt"
+    pair = _pair(crt, out / "ca.key")
+    if pair is None:
+        return None
+    ca_cert, ca_key = pair
     if not pki.key_matches(ca_key, ca_cert) or pki.expires_within(crt, renew_days):
         return None
     return ca_key, ca_cert
@@ -54,13 +62,11 @@ def _reusable_ca(out: Path, renew_days: int) -> tuple[pki.PrivateKey, x509.Certi
 def _reusable_leaf(
     out: Path, ca_cert: x509.Certificate, dns: list[str], ips: list[str], renew_days: int
 ) -> x509.Certificate | None:
-    crt, key = out / "tls.crt", out / "tls.key"
-    if not (crt.is_file() and key.is_file()):
+    crt = out / "tls.crt"
+    pair = _pair(crt, out / "tls.key")
+    if pair is None:
         return None
-    try:
-        cert, leaf_key = pki.load_cert(crt), pki.load_key(key)
-    except ValueError:
-        return None
+    cert, leaf_key = pair
     have_dns, have_ips = pki.sans(cert)
     if (
         not pki.key_matches(leaf_key, cert)

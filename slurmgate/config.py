@@ -8,13 +8,15 @@ parsers are plain functions of their input and tests need no monkeypatching.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from slurmgate import names
 
 Env = Mapping[str, str]
+N = TypeVar("N", int, float)
 
 # A changed job list of a busy cluster is megabytes; below this a body is parsed inline.
 JSON_OFFLOAD_BYTES = 256 * 1024
@@ -36,26 +38,24 @@ def env_optional(env: Env, name: str) -> str | None:
     return env.get(name) or None
 
 
+def _env_number(env: Env, name: str, default: N, parse: Callable[[str], N], what: str) -> N:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return parse(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not {what}") from None
+
+
 def env_int(env: Env, name: str, default: int) -> int:
     # An empty value is an error, not the default: that is how these were always read
     # (`int(os.environ.get(name, default))`), and a blank number is more likely a mistake.
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    return _env_number(env, name, default, int, "an integer")
 
 
 def env_float(env: Env, name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    return _env_number(env, name, default, float, "a number")
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Sequence
 from functools import partial
 
-from slurmgate import logs
-from slurmgate.config import ConfigError
+from slurmgate import entry
 from slurmgate.inventory import Inventory
 from slurmgate.kube import KubeClient, load_config
 from slurmgate.logs import kv
@@ -91,12 +89,7 @@ async def run(cfg: WebhookConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
-        # the process's one read of its settings; everything below gets them from cfg
-        cfg = config.load(argv, os.environ)
-    except ConfigError as e:
-        raise SystemExit(f"slurmgate-webhook: {e}") from None
-    logs.setup(cfg.log_level)
+    cfg = entry.start("slurmgate-webhook", config.load, argv)
     asyncio.run(run(cfg))
 
 
