@@ -25,6 +25,7 @@ CACHE_SECONDS = 1.0
 WHOLE_LIST_EVERY = 300.0
 
 
+RESUME_RECHECK = 2.0  # s between looks at a held node whose Pods are gone, until it is back
 # (action, for Pods stopping after a node failure rather than a cordon) -> the log line
 LOG_LINES = {
     ("drain", False): "node cordoned; Slurm node drained",
@@ -100,6 +101,7 @@ class NodeSync:
         self._at = 0.0
         self._whole_at = float("-inf")
         self._refreshing = asyncio.Lock()
+        self._fresh: set[str] = set()  # Nodes whose next look reads their Slurm node alone
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
         if time.monotonic() - self._at > CACHE_SECONDS:
@@ -204,6 +206,8 @@ class NodeSync:
         slurm_name = NodeView(node).slurm_node
         if not slurm_name:
             return
+        fresh = fresh or k8s_name in self._fresh
+        self._fresh.discard(k8s_name)
         sn = await (self.slurm.node(slurm_name) if fresh else self._slurm_node(slurm_name))
         if sn is None:
             log.warning("no such Slurm node", extra=kv(node=k8s_name, slurm_node=slurm_name))
@@ -211,6 +215,12 @@ class NodeSync:
         stopping = self.stopping(k8s_name)
         action = node_action(node, sn, stopping)
         if action is None:
+            if not stopping and failed(sn) and (sn.reason or "").startswith(
+                    contract.DRAIN_STOPPING_PREFIX):
+                # our Pods are gone but the node is not back yet: look again soon (one node's
+                # read each time), so it is resumed as it returns, not at the next drift check
+                self._fresh.add(k8s_name)
+                self.queue.add_after(k8s_name, RESUME_RECHECK)
             return
         if action == "drain":
             await self._update(slurm_name, True, drain_reason(k8s_name, sn, stopping))

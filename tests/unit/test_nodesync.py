@@ -246,3 +246,22 @@ def test_evicting_from_a_failed_node_drains_it_first() -> None:
                                     nodes=("n1",), comment="", partition="k8s",
                                     submit_time=1, start_time=2, end_time=0)
     assert b._stopping_on("kwok-n1") == []
+
+
+def test_a_held_node_is_resumed_as_it_returns_once_its_pods_are_gone() -> None:
+    class Resuming(DrainingSlurm):
+        resumed: list[str] = []
+
+        async def resume(self, node: str) -> None:
+            self.resumed.append(node)
+
+    fake = Resuming([snode("DOWN", ("DRAIN",), HELD)])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {"kwok-n1": knode()}  # no Pod of ours left on it
+    asyncio.run(b.nodesync._reconcile("kwok-n1", fresh=True))
+    assert fake.resumed == [] and len(b.node_queue) == 0  # still DOWN: not yet, look again
+    assert "kwok-n1" in b.nodesync._fresh  # the next look reads that node alone
+    fake._nodes = [snode("IDLE", ("DRAIN",), HELD)]  # its slurmd registered
+    fake.one_by_one.clear()
+    asyncio.run(b.nodesync._reconcile("kwok-n1"))
+    assert fake.one_by_one == ["n1"] and fake.calls == 0 and fake.resumed == ["n1"]
