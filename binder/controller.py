@@ -104,20 +104,20 @@ class Controller:
         self.queue.add(self.index.pod_changed(key, old, new))
         was = PodView(old).node_name if old is not None else ""
         if was and (new is None or not podview.occupies(new)):
-            self.node_queue.add(was)  # it may have been what kept its Slurm node drained
+            self.nodesync.look(was)  # it may have been what kept its Slurm node drained
+
+    def _unheld(self, pod: dict[str, Any]) -> bool:
+        """Its job's placeholder no longer keeps its Slurm node (e.g. it ended NODE_FAIL):
+        only then may Slurm need holding off the Node while the Pod stops."""
+        slurm_node = ann(pod).get(contract.A_SLURM_NODE, "")
+        return not podview.placeholder_on(self.jobs.get(claim_of(pod)), slurm_node)
 
     def _stopping_on(self, k8s_node: str) -> list[str]:
         """Our Pods that still occupy this Node while their job's placeholder no longer keeps
         its Slurm node (binder/nodesync.held). A walk over our Pods, never Slurm's."""
-        out = []
-        for key, pod in list(self.pods.store.items()):
-            v = PodView(pod)
-            if v.node_name != k8s_node or not podview.occupies(pod):
-                continue
-            slurm_node = v.annotations.get(contract.A_SLURM_NODE, "")
-            if not podview.placeholder_on(self.jobs.get(claim_of(pod)), slurm_node):
-                out.append(key)
-        return sorted(out)
+        return sorted(key for key, pod in list(self.pods.store.items())
+                      if PodView(pod).node_name == k8s_node and podview.occupies(pod)
+                      and self._unheld(pod))
 
     def _on_job(self, claim: str, job: JobInfo | None) -> None:
         req = self.index.job_changed(claim)
@@ -218,7 +218,7 @@ class Controller:
         act = self.actions
         # first, whatever must keep Slurm off their Nodes while they stop (a failed node)
         await asyncio.gather(*(self.nodesync.settle(n) for n in
-                               {PodView(p).node_name for p in d.evict} - {""}))
+                               {PodView(p).node_name for p in d.evict if self._unheld(p)} - {""}))
         retry = await asyncio.gather(*(act.evict(p, d.reason, d.message, d.status, d.stop_by)
                                        for p in d.evict))
         if any(r is not None for r in retry):  # a PodDisruptionBudget said no, for now

@@ -53,14 +53,24 @@ def ours_drained(sn: NodeInfo) -> bool:
     return drained(sn) and (sn.reason or "").startswith(contract.OUR_DRAIN_PREFIXES)
 
 
+def held_by_us(sn: NodeInfo) -> bool:
+    """We drained the node for Pods of ours still stopping there (see held())."""
+    return (sn.reason or "").startswith(contract.DRAIN_STOPPING_PREFIX)
+
+
+def may_hold(sn: NodeInfo) -> bool:
+    """Whether Pods still stopping on the Node can matter to its Slurm node (held() is false
+    otherwise, whatever stops there): callers skip the walk over our Pods everywhere else."""
+    return failed(sn) or held_by_us(sn)
+
+
 def held(sn: NodeInfo, stopping: list[str]) -> bool:
     """Pods of ours still stop on the Node (`stopping`) while no placeholder keeps its Slurm
     node: after a node failure (the job ended NODE_FAIL or was requeued) Slurm gives the node
     to the next job the moment its slurmd registers, and only a drain keeps it off until the
     Pods are gone. Any other end keeps the node in Slurm for KillWait or the GraceTime, which
     the eviction's grace is held to (slurmgate/preemption.py)."""
-    return bool(stopping) and (failed(sn) or (
-        drained(sn) and (sn.reason or "").startswith(contract.DRAIN_STOPPING_PREFIX)))
+    return bool(stopping) and (failed(sn) or (drained(sn) and held_by_us(sn)))
 
 
 def node_action(node: dict[str, Any], sn: NodeInfo, stopping: list[str] | None = None
@@ -156,12 +166,23 @@ class NodeSync:
         for key, node in list(self.nodes.store.items()):
             view = node_ref(node)
             sn = self._nodes.get(view.slurm_node) if view and view.slurm_node else None
-            if sn is not None and node_action(node, sn, self.stopping(key)):
+            if sn is not None and node_action(node, sn, self._stopping(key, sn)):
                 out.append(key)
             if view and view.slurm_node and not tainted(node):
                 untainted.append(key)
         self._report_untainted(untainted)
         return out
+
+    def _stopping(self, k8s_name: str, sn: NodeInfo) -> list[str]:
+        """The Node's Pods still stopping, asked only where they can matter (a walk over our
+        Pods per Node would make each drift check cost Nodes x Pods)."""
+        return self.stopping(k8s_name) if may_hold(sn) else []
+
+    def look(self, k8s_name: str) -> None:
+        """Reconcile the Node soon from its Slurm node alone (one node's read, never the
+        list): e.g. a Pod of ours left it, and it may have been what held the node."""
+        self._fresh.add(k8s_name)
+        self.queue.add(k8s_name)
 
     def _report_untainted(self, keys: list[str]) -> None:
         """The binder may not patch Nodes (least privilege): it says, once per Node, where the
@@ -212,11 +233,10 @@ class NodeSync:
         if sn is None:
             log.warning("no such Slurm node", extra=kv(node=k8s_name, slurm_node=slurm_name))
             return
-        stopping = self.stopping(k8s_name)
+        stopping = self._stopping(k8s_name, sn)
         action = node_action(node, sn, stopping)
         if action is None:
-            if not stopping and failed(sn) and (sn.reason or "").startswith(
-                    contract.DRAIN_STOPPING_PREFIX):
+            if not stopping and failed(sn) and held_by_us(sn):
                 # our Pods are gone but the node is not back yet: look again soon (one node's
                 # read each time), so it is resumed as it returns, not at the next drift check
                 self._fresh.add(k8s_name)
@@ -228,7 +248,6 @@ class NodeSync:
             await self._update(slurm_name, False, None)
         self._at = 0.0
         metrics.NODE_ACTIONS.labels(action).inc()
-        for_stopping = held(sn, stopping) or (sn.reason or "").startswith(
-            contract.DRAIN_STOPPING_PREFIX)
+        for_stopping = held(sn, stopping) or held_by_us(sn)
         log.info(LOG_LINES[action, for_stopping],
                  extra=kv(node=k8s_name, slurm_node=slurm_name, pods=stopping or None))

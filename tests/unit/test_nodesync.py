@@ -265,3 +265,56 @@ def test_a_held_node_is_resumed_as_it_returns_once_its_pods_are_gone() -> None:
     fake.one_by_one.clear()
     asyncio.run(b.nodesync._reconcile("kwok-n1"))
     assert fake.one_by_one == ["n1"] and fake.calls == 0 and fake.resumed == ["n1"]
+
+
+def test_the_drift_check_asks_for_stopping_pods_only_where_they_can_matter() -> None:
+    """Asking per Node would walk our Pods once per Node on every check (Nodes x Pods)."""
+    held_down = NodeInfo(name="n2", state="DOWN", flags=frozenset({"DRAIN"}), cpus=4,
+                         real_memory_mb=1, partitions=(), reason=HELD, features=(), gres="")
+    fake = FakeSlurm([snode(), held_down] + [
+        NodeInfo(name=f"n{i}", state="ALLOCATED", flags=frozenset(), cpus=4, real_memory_mb=1,
+                 partitions=(), reason="", features=(), gres="") for i in range(3, 100)])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {f"kwok-n{i}": knode(f"kwok-n{i}", f"n{i}") for i in range(1, 100)}
+    asked: list[str] = []
+    b.nodesync.stopping = lambda k: asked.append(k) or []  # type: ignore[func-returns-value]
+    asyncio.run(b.nodesync.drifted())
+    assert asked == ["kwok-n2"]
+
+
+def test_a_pod_leaving_its_node_looks_at_that_slurm_node_alone() -> None:
+    class Resuming(DrainingSlurm):
+        resumed: list[str] = []
+
+        async def resume(self, node: str) -> None:
+            self.resumed.append(node)
+
+    fake = Resuming([snode("IDLE", ("DRAIN",), HELD)])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {"kwok-n1": knode()}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
+                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
+           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    b._on_pod("ns/p", pod, None)
+    assert len(b.node_queue) == 1
+    asyncio.run(b.nodesync._reconcile("kwok-n1"))
+    # the node is read alone, not in the site's node list, and the hold it kept is let go
+    assert fake.one_by_one == ["n1"] and fake.calls == 0 and fake.resumed == ["n1"]
+
+
+def test_an_eviction_while_the_placeholder_holds_the_node_reads_no_node() -> None:
+    """A preemption's eviction (the job still in its GraceTime on the node) needs no hold:
+    a PodDisruptionBudget's refusals would otherwise read the node on every retry."""
+    fake = DrainingSlurm([snode("ALLOCATED")])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {"kwok-n1": knode()}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
+                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
+           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    for state, unheld in (("RUNNING", False), ("PREEMPTED", False), ("NODE_FAIL", True)):
+        b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state=state, reason="",
+                                        nodes=("n1",), comment="", partition="k8s",
+                                        submit_time=1, start_time=2, end_time=0)
+        assert b._unheld(pod) is unheld, state
