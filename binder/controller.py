@@ -107,10 +107,10 @@ class Controller:
             self.nodesync.look(was)  # it may have been what kept its Slurm node drained
 
     def _unheld(self, pod: dict[str, Any]) -> bool:
-        """Its job's placeholder no longer keeps its Slurm node (e.g. it ended NODE_FAIL):
-        only then may Slurm need holding off the Node while the Pod stops."""
+        """Its job's placeholder no longer keeps its Slurm node (it ended NODE_FAIL, is requeued
+        or is ending): only then may Slurm need holding off the Node while the Pod stops."""
         slurm_node = ann(pod).get(contract.A_SLURM_NODE, "")
-        return not podview.placeholder_on(self.jobs.get(claim_of(pod)), slurm_node)
+        return not podview.placeholder_keeps(self.jobs.get(claim_of(pod)), slurm_node)
 
     def _stopping_on(self, k8s_node: str) -> list[str]:
         """Our Pods that still occupy this Node while their job's placeholder no longer keeps

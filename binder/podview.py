@@ -133,10 +133,12 @@ def holds_node(job: JobInfo) -> bool:
     return job.state not in RELEASED_STATES
 
 
-def placeholder_on(job: JobInfo | None, slurm_node: str) -> bool:
-    """The job's placeholder is (or may still be) on this Slurm node: Slurm keeps the node."""
+def placeholder_keeps(job: JobInfo | None, slurm_node: str) -> bool:
+    """The job's placeholder runs on this Slurm node, so Slurm keeps the node for it. Not a job
+    on its way out (COMPLETING, PREEMPTED): on a node that failed, Slurm frees the node the
+    moment its slurmd registers again, with no KillWait or GraceTime for our Pod to use."""
     return (job is not None and slurm_node in job.nodes
-            and job.state in ALLOCATED_STATES | MAY_HOLD_NODE_STATES)
+            and job.state in ALLOCATED_STATES - MAY_HOLD_NODE_STATES)
 
 
 def needs_kill(job: JobInfo) -> bool:

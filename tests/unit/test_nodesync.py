@@ -224,7 +224,10 @@ class DrainingSlurm(FakeSlurm):
         self.drained.append((node, reason))
 
 
-def test_evicting_from_a_failed_node_drains_it_first() -> None:
+@pytest.mark.parametrize("ending", ["NODE_FAIL", "COMPLETING"])
+def test_evicting_from_a_failed_node_drains_it_first(ending: str) -> None:
+    """COMPLETING too: its slurmd gone, the job only ends when the node registers again, and
+    Slurm frees the node at that moment (CI, in-cluster, 26.05: no hold, a job beside the Pod)."""
     fake = DrainingSlurm([snode("DOWN", (), "e2e node failure")])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}
@@ -233,7 +236,7 @@ def test_evicting_from_a_failed_node_drains_it_first() -> None:
                         "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
            "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
     b.pods.store = {"ns/p": pod}
-    ended = JobInfo(job_id=7, name="x", state="NODE_FAIL", reason="NodeDown", nodes=("n1",),
+    ended = JobInfo(job_id=7, name="x", state=ending, reason="NodeDown", nodes=("n1",),
                     comment="", partition="k8s", submit_time=1, start_time=2, end_time=3)
     b.jobs.by_claim["c1"] = ended
     assert b._stopping_on("kwok-n1") == ["ns/p"]
@@ -303,7 +306,7 @@ def test_a_pod_leaving_its_node_looks_at_that_slurm_node_alone() -> None:
     assert fake.one_by_one == ["n1"] and fake.calls == 0 and fake.resumed == ["n1"]
 
 
-def test_an_eviction_while_the_placeholder_holds_the_node_reads_no_node() -> None:
+def test_an_eviction_while_the_placeholder_runs_on_the_node_reads_no_node() -> None:
     """A preemption's eviction (the job still in its GraceTime on the node) needs no hold:
     a PodDisruptionBudget's refusals would otherwise read the node on every retry."""
     fake = DrainingSlurm([snode("ALLOCATED")])
@@ -313,7 +316,8 @@ def test_an_eviction_while_the_placeholder_holds_the_node_reads_no_node() -> Non
                         "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
                         "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
            "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
-    for state, unheld in (("RUNNING", False), ("PREEMPTED", False), ("NODE_FAIL", True)):
+    # a job on its way out keeps no node that failed: Slurm frees it as its slurmd registers
+    for state, unheld in (("RUNNING", False), ("COMPLETING", True), ("NODE_FAIL", True)):
         b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state=state, reason="",
                                         nodes=("n1",), comment="", partition="k8s",
                                         submit_time=1, start_time=2, end_time=0)
