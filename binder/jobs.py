@@ -284,6 +284,18 @@ class JobTracker:
             j.state in IN_FLIGHT_STATES or j.preempted
             for j in self.by_claim.values())
 
+    async def _pending_every(self) -> float:
+        """Job-by-job releases (22.05) read pending jobs slowly while the hook pushes their
+        starts (jobpoll.PENDING_HOOKED_EVERY); one state query asks about all at once on 24.11+,
+        so there they are asked every tick."""
+        if not self.hook.ok:
+            return 0.0
+        try:
+            d = await self.slurm.dialect()
+        except Exception:  # unknown yet: the read below fails the same way
+            return 0.0
+        return 0.0 if d.state_query else jobpoll.PENDING_HOOKED_EVERY
+
     async def poll_once(self) -> float:
         """One look at our jobs (see binder/jobpoll.py); returns the delay before the next."""
         t0 = time.perf_counter()
@@ -297,7 +309,7 @@ class JobTracker:
         known = {j.job_id: j for j in self.by_claim.values()}
         idle_every = jobpoll.HOOK_IDLE_POLL if self.hook.ok else SLOW_POLL
         plan = self.schedule.plan(sent, known, self.named(), {*self._pushed_at, *urgent},
-                                  idle_every, self.grace)
+                                  idle_every, self.grace, await self._pending_every())
         reads = 0
         self.finder.tick(sent, plan.full)
         try:

@@ -489,3 +489,36 @@ def test_a_failed_whole_list_is_paced_by_the_last_that_was_read() -> None:
     s.done_full(0, (), took=0.05)
     s.full_failed(100)  # it hung for as long as slurmctld was away
     assert s.plan(100 + jobpoll.FULL_MIN_GAP, {}, (), (), 10).full
+
+
+def test_pending_jobs_can_be_read_at_a_slower_pace_but_never_past_a_push() -> None:
+    s = Schedule()
+    s.done_full(0, ())
+    known = {1: job(1, "PENDING"), 2: job(2, "PENDING"), 3: job(3, "COMPLETING"),
+             4: job(4, "PENDING", preempt_time=5)}  # requeued by a preemption: still moving
+    assert s.plan(1, known, (), (), 10, pending_every=2).ids == {1, 2, 3, 4}  # the idle look
+    s.read_whole([1, 2, 3, 4], 1)
+    assert s.plan(1.1, known, (), (), 10, pending_every=2).ids == {3, 4}
+    assert s.plan(1.2, known, (), [2], 10, pending_every=2).ids == {2, 3, 4}  # pushed about
+    assert s.plan(3.0, known, (), (), 10, pending_every=2).ids == {1, 2, 3, 4}
+    assert s.plan(3.1, known, (), (), 10).ids == {1, 2, 3, 4}  # 0: every tick, as before
+
+
+@pytest.mark.parametrize(("version", "hooked", "want"), [
+    ("v0.0.38", True, jobpoll.PENDING_HOOKED_EVERY),  # 22.05: GET /job/{id} per job
+    ("v0.0.38", False, 0.0),  # no sign the hook pushes: polling is the signal
+    ("v0.0.42", True, 0.0),  # one state query asks about every job at once
+])
+async def test_only_job_by_job_reads_slow_down_and_only_while_the_hook_pushes(
+        version: str, hooked: bool, want: float) -> None:
+    slurm = Slurm(version, [job(i, "PENDING") for i in range(1, 13)])
+    t, _ = tracker(slurm)
+    if hooked:
+        t.hook.pushed(99, "started")
+    assert await t._pending_every() == want
+    await tick(t)  # the first whole list, and the first idle look
+    await tick(t)
+    slurm.calls.clear()
+    await tick(t)
+    asked = {i for kind, ids in slurm.calls if kind in ("states", "whole") for i in ids}
+    assert len(asked) == (0 if want else 12)
