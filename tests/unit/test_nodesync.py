@@ -224,6 +224,23 @@ class DrainingSlurm(FakeSlurm):
         self.drained.append((node, reason))
 
 
+class ResumingSlurm(DrainingSlurm):
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        super().__init__(nodes)
+        self.resumed: list[str] = []
+
+    async def resume(self, node: str) -> None:
+        self.resumed.append(node)
+
+
+def bound_pod() -> dict[str, Any]:
+    """A Pod of ours running on kwok-n1, its job's claim c1, its Slurm node n1."""
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                         "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
+                         "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
+            "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+
+
 @pytest.mark.parametrize("ending", ["NODE_FAIL", "COMPLETING"])
 def test_evicting_from_a_failed_node_drains_it_first(ending: str) -> None:
     """COMPLETING too: its slurmd gone, the job only ends when the node registers again, and
@@ -231,10 +248,7 @@ def test_evicting_from_a_failed_node_drains_it_first(ending: str) -> None:
     fake = DrainingSlurm([snode("DOWN", (), "e2e node failure")])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
-                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
-           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    pod = bound_pod()
     b.pods.store = {"ns/p": pod}
     ended = JobInfo(job_id=7, name="x", state=ending, reason="NodeDown", nodes=("n1",),
                     comment="", partition="k8s", submit_time=1, start_time=2, end_time=3)
@@ -252,13 +266,7 @@ def test_evicting_from_a_failed_node_drains_it_first(ending: str) -> None:
 
 
 def test_a_held_node_is_resumed_as_it_returns_once_its_pods_are_gone() -> None:
-    class Resuming(DrainingSlurm):
-        resumed: list[str] = []
-
-        async def resume(self, node: str) -> None:
-            self.resumed.append(node)
-
-    fake = Resuming([snode("DOWN", ("DRAIN",), HELD)])
+    fake = ResumingSlurm([snode("DOWN", ("DRAIN",), HELD)])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}  # no Pod of ours left on it
     asyncio.run(b.nodesync._reconcile("kwok-n1", fresh=True))
@@ -286,19 +294,10 @@ def test_the_drift_check_asks_for_stopping_pods_only_where_they_can_matter() -> 
 
 
 def test_a_pod_leaving_its_node_looks_at_that_slurm_node_alone() -> None:
-    class Resuming(DrainingSlurm):
-        resumed: list[str] = []
-
-        async def resume(self, node: str) -> None:
-            self.resumed.append(node)
-
-    fake = Resuming([snode("IDLE", ("DRAIN",), HELD)])
+    fake = ResumingSlurm([snode("IDLE", ("DRAIN",), HELD)])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
-                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
-           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    pod = bound_pod()
     b._on_pod("ns/p", pod, None)
     assert len(b.node_queue) == 1
     asyncio.run(b.nodesync._reconcile("kwok-n1"))
@@ -312,10 +311,7 @@ def test_an_eviction_while_the_placeholder_runs_on_the_node_reads_no_node() -> N
     fake = DrainingSlurm([snode("ALLOCATED")])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                        "labels": {contract.MARK_LABEL: contract.MARK_VALUE},
-                        "annotations": {contract.A_CLAIM: "c1", contract.A_SLURM_NODE: "n1"}},
-           "spec": {"nodeName": "kwok-n1"}, "status": {"phase": "Running"}}
+    pod = bound_pod()
     # a job on its way out keeps no node that failed: Slurm frees it as its slurmd registers
     for state, unheld in (("RUNNING", False), ("COMPLETING", True), ("NODE_FAIL", True)):
         b.jobs.by_claim["c1"] = JobInfo(job_id=7, name="x", state=state, reason="",
