@@ -76,15 +76,13 @@ def pod_row(p: dict[str, Any]) -> PodRow:
                   node=v.node_name or NONE)
 
 
-def _kube_state(n: dict[str, Any]) -> str:
-    v = NodeView(n)
+def _kube_state(v: NodeView) -> str:
     word = "Ready" if v.ready == "True" else "NotReady"
     return f"{word},SchedulingDisabled" if v.unschedulable else word
 
 
-def _tainted(n: dict[str, Any]) -> bool:
-    return any(t.get("key") == contract.TAINT_KEY
-               for t in NodeView(n).taints)
+def _tainted(v: NodeView) -> bool:
+    return any(t.get("key") == contract.TAINT_KEY for t in v.taints)
 
 
 def _pods_by_node(pods: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
@@ -110,8 +108,8 @@ async def node_rows(kube: KubeClient, slurm: SlurmClient) -> list[NodeRow]:
     pods, _ = await kube.list("/api/v1/pods", labelSelector=MARKED)
     held = _pods_by_node(pods)
     rows = []
-    for n in sorted(nodes, key=lambda n: NodeView(n).name):
-        name, slurm_node = NodeView(n).name, NodeView(n).slurm_node or NONE
+    for v in sorted(map(NodeView, nodes), key=lambda v: v.name):
+        name, slurm_node = v.name, v.slurm_node or NONE
         holder = ", ".join(held.get(name, [])) or NONE
         try:
             info = await slurm.node(slurm_node)
@@ -120,7 +118,7 @@ async def node_rows(kube: KubeClient, slurm: SlurmClient) -> list[NodeRow]:
                 holder = _holders(await accounting.running_on_node(slurm, slurm_node))
         except SlurmError as e:
             state = f"? ({e})"[:60]
-        rows.append(NodeRow(name, slurm_node, state, _kube_state(n), _tainted(n), holder))
+        rows.append(NodeRow(name, slurm_node, state, _kube_state(v), _tainted(v), holder))
     return rows
 
 

@@ -22,6 +22,7 @@ from slurmgate.kubectl_plugin import (
     run,
     table,
 )
+from slurmgate.kubeview import NodeView
 from slurmgate.slurm import JobInfo
 from slurmgate.slurm.accounting import running_on
 
@@ -81,9 +82,10 @@ def test_the_parser_takes_a_namespace_and_a_pod() -> None:
 
 def test_kubernetes_state_says_cordoned() -> None:
     ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    assert _kube_state(ready) == "Ready"
-    assert _kube_state({**ready, "spec": {"unschedulable": True}}) == "Ready,SchedulingDisabled"
-    assert _kube_state({}) == "NotReady"
+    assert _kube_state(NodeView(ready)) == "Ready"
+    assert _kube_state(NodeView({**ready, "spec": {"unschedulable": True}})) == \
+        "Ready,SchedulingDisabled"
+    assert _kube_state(NodeView({})) == "NotReady"
 
 
 def test_the_table_aligns_its_columns() -> None:
