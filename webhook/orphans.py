@@ -84,8 +84,10 @@ class OrphanWatch:
                         await self.cancel(a.job_id)
                         cancelled += 1
                         metrics.ORPHANS_CANCELLED.inc()
-                    log.info("admitted Pod never stored", extra=kv(
-                        namespace=a.namespace, claim=a.claim, job=a.job_id, cancelled=live))
+                    # a Pod stored and deleted (evicted) within SETTLE leaves the same trace
+                    log.info("no Pod for an admitted job: never stored, or gone already",
+                             extra=kv(namespace=a.namespace, claim=a.claim, job=a.job_id,
+                                      cancelled=live))
             except (KubeError, SlurmError, OSError, aiohttp.ClientError, TimeoutError) as e:
                 if now - a.at < GIVE_UP_AFTER:
                     log.warning("orphan check failed; will retry",
