@@ -104,7 +104,7 @@ class Controller:
         self.queue.add(self.index.pod_changed(key, old, new))
         was = PodView(old).node_name if old is not None else ""
         if was and (new is None or not podview.occupies(new)):
-            self.nodesync.look(was)  # it may have been what kept its Slurm node drained
+            self.nodesync.pod_left(was)  # it may have been what kept its Slurm node drained
 
     def _unheld(self, pod: dict[str, Any]) -> bool:
         """Its job's placeholder no longer keeps its Slurm node (it ended NODE_FAIL, is requeued

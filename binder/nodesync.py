@@ -112,6 +112,9 @@ class NodeSync:
         self._whole_at = float("-inf")
         self._refreshing = asyncio.Lock()
         self._fresh: set[str] = set()  # Nodes whose next look reads their Slurm node alone
+        # Nodes this binder drained for Pods of ours still stopping there (after a restart the
+        # drift check finds the others: it reads every node we drained)
+        self._holding: set[str] = set()
 
     async def _slurm_node(self, name: str) -> NodeInfo | None:
         if time.monotonic() - self._at > CACHE_SECONDS:
@@ -178,11 +181,13 @@ class NodeSync:
         Pods per Node would make each drift check cost Nodes x Pods)."""
         return self.stopping(k8s_name) if may_hold(sn) else []
 
-    def look(self, k8s_name: str) -> None:
-        """Reconcile the Node soon from its Slurm node alone (one node's read, never the
-        list): e.g. a Pod of ours left it, and it may have been what held the node."""
-        self._fresh.add(k8s_name)
-        self.queue.add(k8s_name)
+    def pod_left(self, k8s_name: str) -> None:
+        """A Pod of ours left this Node: where we hold its Slurm node for stopping Pods, look
+        again soon, from that node alone (one node's read, never the list). Nowhere else: a
+        read at every Pod's end would meet its job's cancel in slurmctld's locks."""
+        if k8s_name in self._holding:
+            self._fresh.add(k8s_name)
+            self.queue.add(k8s_name)
 
     def _report_untainted(self, keys: list[str]) -> None:
         """The binder may not patch Nodes (least privilege): it says, once per Node, where the
@@ -244,8 +249,11 @@ class NodeSync:
             return
         if action == "drain":
             await self._update(slurm_name, True, drain_reason(k8s_name, sn, stopping))
+            if held(sn, stopping):
+                self._holding.add(k8s_name)
         else:
             await self._update(slurm_name, False, None)
+            self._holding.discard(k8s_name)
         self._at = 0.0
         metrics.NODE_ACTIONS.labels(action).inc()
         for_stopping = held(sn, stopping) or held_by_us(sn)

@@ -293,16 +293,28 @@ def test_the_drift_check_asks_for_stopping_pods_only_where_they_can_matter() -> 
     assert asked == ["kwok-n2"]
 
 
-def test_a_pod_leaving_its_node_looks_at_that_slurm_node_alone() -> None:
-    fake = ResumingSlurm([snode("IDLE", ("DRAIN",), HELD)])
+def test_a_pod_leaving_a_node_we_hold_looks_at_that_slurm_node_alone() -> None:
+    fake = ResumingSlurm([snode("DOWN", (), "e2e node failure")])
     b = Binder(object(), fake)  # type: ignore[arg-type]
     b.nodes.store = {"kwok-n1": knode()}
     pod = bound_pod()
+    b.pods.store = {"ns/p": pod}
+    b._on_pod("ns/p", None, pod)  # arrives on a Node whose Slurm node is fine so far
+    b._on_pod("ns/p", pod, None)
+    assert len(b.node_queue) == 0  # left a node we do not hold: no read at all (it would
+    # meet its job's cancel in slurmctld's locks)
+    b.pods.store = {"ns/p": pod}
+    asyncio.run(b.nodesync.settle("kwok-n1"))  # its job ended NODE_FAIL: held
+    assert fake.drained and b.nodesync._holding == {"kwok-n1"}
+    fake._nodes = [snode("IDLE", ("DRAIN",), HELD)]
+    fake.one_by_one.clear()
+    b.pods.store = {}
     b._on_pod("ns/p", pod, None)
     assert len(b.node_queue) == 1
     asyncio.run(b.nodesync._reconcile("kwok-n1"))
     # the node is read alone, not in the site's node list, and the hold it kept is let go
     assert fake.one_by_one == ["n1"] and fake.calls == 0 and fake.resumed == ["n1"]
+    assert b.nodesync._holding == set()
 
 
 def test_an_eviction_while_the_placeholder_runs_on_the_node_reads_no_node() -> None:
