@@ -26,6 +26,8 @@ WHOLE_LIST_EVERY = 300.0
 
 
 RESUME_RECHECK = 2.0  # s between looks at a held node whose Pods are gone, until it is back
+SETTLE_TRIES = 3  # fresh looks at a Node before its Pods are evicted, at most...
+SETTLE_RETRY = 0.5  # ...this far apart, doubling
 # (action, for Pods stopping after a node failure rather than a cordon) -> the log line
 LOG_LINES = {
     ("drain", False): "node cordoned; Slurm node drained",
@@ -218,12 +220,20 @@ class NodeSync:
     async def settle(self, k8s_name: str) -> None:
         """Reconcile one Node now from a fresh read of its Slurm node (GET /node/{name}: one
         node's cost): before its Pods are evicted, so that a hold is in place before they
-        go (a failed node may be back any moment)."""
-        try:
-            await self._reconcile(k8s_name, fresh=True)
-        except Exception as e:  # the evictions go on; the drift check looks again
-            log.warning("node sync before an eviction failed", extra=kv(node=k8s_name,
-                                                                       error=str(e)))
+        go (a failed node may be back any moment). A failed try (slurmctld busy with the
+        failure, a timeout) is tried again at once, a few times; then the evictions go on and
+        the Node is looked at again within a second, not at the next drift check."""
+        for attempt in range(SETTLE_TRIES):
+            try:
+                await self._reconcile(k8s_name, fresh=True)
+                return
+            except Exception as e:
+                log.warning("node sync before an eviction failed", extra=kv(
+                    node=k8s_name, error=str(e), attempt=attempt + 1, of=SETTLE_TRIES))
+            if attempt + 1 < SETTLE_TRIES:
+                await asyncio.sleep(SETTLE_RETRY * 2 ** attempt)
+        self._fresh.add(k8s_name)
+        self.queue.add_after(k8s_name, SETTLE_RETRY)
 
     async def _reconcile(self, k8s_name: str, fresh: bool = False) -> None:
         node = self.nodes.store.get(k8s_name)

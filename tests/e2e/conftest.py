@@ -99,9 +99,9 @@ def _during(line: str, since: float) -> bool:
         return False
 
 
-def _component_log(component: str) -> list[str]:
+def _component_log(component: str, in_cluster: bool = IN_CLUSTER) -> list[str]:
     """A component's log lines: its file, or in-cluster every Pod's container log."""
-    if not IN_CLUSTER:
+    if not in_cluster:
         return (RUN_DIR / "bridge" / "log" / f"{component}.log").read_text(
             errors="replace").splitlines()
     kc = local_mod.load(RUN_DIR).kube.kubeconfig
@@ -148,18 +148,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if rep.when != "call" or not rep.failed:
         return
     funcargs = getattr(item, "funcargs", {})
-    name = funcargs.get("ns")
+    name = funcargs.get("ns") or getattr(item.module, "NS", None)
+    # test_incluster.py deploys slurmgate itself (`deployed`) on its own cluster (`cluster`)
+    in_cluster = IN_CLUSTER or "deployed" in funcargs
     for component in ("binder", "webhook"):
         try:
-            lines = _component_log(component)
-        except OSError:
+            lines = _component_log(component, in_cluster)
+        except (OSError, subprocess.SubprocessError):
             continue
         if name:
             lines = [line for line in lines if name in line or _during(line, call.start)]
         if lines:
             rep.sections.append((f"{component} log ({name or 'tail'})",
                                  "\n".join(lines[-LOG_LINES_ON_FAILURE:])))
-    lc = funcargs.get("local")
+    lc = funcargs.get("local") or funcargs.get("cluster")
     if lc is not None:
         try:
             state = (slurm_cli(lc, "squeue", "-a", "-o", "%i %T %N %r %k")
@@ -171,7 +173,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if said:
             rep.sections.append(("slurmctld's kills, requeues and launch failures meanwhile",
                                  "\n".join(said[-LOG_LINES_ON_FAILURE:])))
-        if IN_CLUSTER:
+        if in_cluster:
             try:
                 rep.sections.append(("slurmgate's Pods at failure", incluster.describe(lc)))
             except Exception as e:  # the API server may be what a fault test took down

@@ -330,3 +330,31 @@ def test_an_eviction_while_the_placeholder_runs_on_the_node_reads_no_node() -> N
                                         nodes=("n1",), comment="", partition="k8s",
                                         submit_time=1, start_time=2, end_time=0)
         assert b._unheld(pod) is unheld, state
+
+
+def test_a_failed_look_before_an_eviction_is_tried_again_before_the_pods_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node read or drain that fails (slurmctld busy with the failure) must not leave the
+    node unheld while the evicted Pods stop: it is tried again at once."""
+    from slurmgate.binder import nodesync
+    monkeypatch.setattr(nodesync, "SETTLE_RETRY", 0.01)
+
+    class Flaky(DrainingSlurm):
+        fails = 2
+
+        async def node(self, name: str) -> NodeInfo | None:
+            if self.fails:
+                self.fails -= 1
+                raise TimeoutError("slurmrestd took too long")
+            return await super().node(name)
+
+    fake = Flaky([snode("DOWN", (), "e2e node failure")])
+    b = Binder(object(), fake)  # type: ignore[arg-type]
+    b.nodes.store = {"kwok-n1": knode()}
+    b.pods.store = {"ns/p": bound_pod()}
+    asyncio.run(b.nodesync.settle("kwok-n1"))
+    assert len(fake.drained) == 1 and len(b.node_queue) == 0
+    fake.fails = 5  # never answers: the evictions go on, and the Node is looked at soon
+    fake.drained.clear()
+    asyncio.run(b.nodesync.settle("kwok-n1"))
+    assert fake.drained == [] and "kwok-n1" in b.nodesync._fresh
