@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
+import shutil
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from bench.chaos.churn import ChurnStats
@@ -12,6 +16,7 @@ from bench.chaos.faults import Injected
 from bench.chaos.observe import Observer, Violation
 
 TIMELINE_BEFORE = 25  # entries printed before each violation
+KEPT_LINES_PRINTED = 60  # the binder's lines about a violation's jobs, printed at most
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -131,3 +136,23 @@ def _one(v: Violation, timeline: list[tuple[float, str]], seed: int) -> str:
     lines = [f"-- VIOLATION {v.rule} (seed {seed}): {v.detail}"]
     lines += [f"   +{t - t0:7.1f}s {e}" for t, e in before]
     return "\n".join(lines)
+
+
+def keep_logs(run_dir: Path, out: Path, seed: int, version: str,
+              violations: list[dict[str, Any]], namespace: str) -> str:
+    """A failed release's evidence, kept before its cluster goes (the next release reuses the
+    run dir): slurmgate's and Slurm's logs copied under `out`, and the binder's lines about the
+    jobs and groups the violations name, printed (CI keeps only what is printed)."""
+    dest = out / f"chaos-logs-seed{seed}-{version}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for src in (run_dir / "bridge" / "log", run_dir / "slurm" / "log"):
+        if src.is_dir():
+            shutil.copytree(src, dest / src.parent.name, dirs_exist_ok=True)
+    text = " ".join(str(v.get("detail", "")) for v in violations)
+    marks = {f'"job": {n}' for n in re.findall(r"\bjob (\d+)", text)}
+    marks |= {f'"group": "{namespace}/{g}"' for g in re.findall(r"group:(\S+?)[,)]", text)}
+    lines = []
+    for log in sorted((dest / "bridge").glob("binder*.log")):
+        lines += [f"{log.name}: {line}" for line in log.read_text(errors="replace").splitlines()
+                  if any(m in line for m in marks)]
+    head = f"logs kept in {dest}"
+    return "\n".join([head, *lines[-KEPT_LINES_PRINTED:]]) if marks else head

@@ -90,6 +90,8 @@ def one_release(a: argparse.Namespace, version: str) -> dict[str, Any]:
         print(report.table(s), flush=True)
         if obs.violations:
             print(report.timelines(obs, a.seed), flush=True)
+            print(report.keep_logs(a.run_dir, a.out, a.seed, version, s["violations"],
+                                   NAMESPACE), flush=True)
         return s
     finally:
         if faults is not None:  # however the run ends, its supervisor must not start again
