@@ -148,7 +148,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if rep.when != "call" or not rep.failed:
         return
     funcargs = getattr(item, "funcargs", {})
-    name = funcargs.get("ns") or getattr(item.module, "NS", None)
+    name = funcargs.get("ns") or getattr(getattr(item, "module", None), "NS", None)
     # test_incluster.py deploys slurmgate itself (`deployed`) on its own cluster (`cluster`)
     in_cluster = IN_CLUSTER or "deployed" in funcargs
     for component in ("binder", "webhook"):
