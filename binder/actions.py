@@ -198,6 +198,11 @@ class Actions:
                 self._submit_failed(e, spec.name)
                 await self._tell(members, *_submit_event(e, spec), warning=True)
                 raise
+        if adopted is None:
+            # Slurm just gave this id to a new job: after a controller lost its state, an id
+            # we cancelled or saw gone before comes back, and is this job's from now on
+            self.cancelled.pop(job_id, None)
+            self.jobs.submitted(job_id)
         self._remember_submit(claim, job_id)  # before the members' claims reach the watch
         now = time.time()
         await asyncio.gather(*(self.set_status(p, submitted_status(

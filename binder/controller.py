@@ -98,7 +98,8 @@ class Controller:
                 self.jobs.want_named(lostjobs.names_of(new["metadata"]), handoff_left(
                     (new,), time.time(), contract.SUBMIT_HANDOFF_GRACE))
             job = ann(new).get(contract.A_JOB_ID, "")
-            if old is None and job.isdigit():
+            # a new Pod, or one the binder gave a new job (a resubmit, a group's job)
+            if job.isdigit() and (old is None or ann(old).get(contract.A_JOB_ID) != job):
                 self.index.pod_changed(key, old, new)  # so the push below finds its claim
                 self.jobs.pod_seen(int(job))
         self.queue.add(self.index.pod_changed(key, old, new))

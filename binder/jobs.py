@@ -173,6 +173,11 @@ class JobTracker:
             self._early = {k: v for k, v in self._early.items() if now - v[1] < EARLY_KEEP}
         self._early[job_id] = (nodes, now)
 
+    def submitted(self, job_id: int) -> None:
+        """The binder submitted this job: Slurm knows the id now, whatever a read said of it
+        before (ids come back after a controller lost its state), so the polls ask about it."""
+        self.schedule.known_again(job_id, time.monotonic())
+
     def pod_seen(self, job_id: int) -> None:
         """A Pod with this job id appeared: apply a start pushed before it did; else, when
         the job is new to us, ask about it now. Without the hook a job that starts at once

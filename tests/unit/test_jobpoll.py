@@ -169,6 +169,27 @@ async def test_a_reused_id_a_new_pod_names_is_asked_about_again() -> None:
     assert t.by_claim["new"].state == "RUNNING"
 
 
+async def test_a_reused_id_the_binder_itself_submitted_is_asked_about_again() -> None:
+    """The binder's own submit (a group's job, a resubmit) gets an id Slurm once said was gone:
+    its Pods already exist (no new Pod names it), so the submit's answer alone brings the id
+    back to the polls."""
+    slurm = Slurm("v0.0.38", [job(90, "RUNNING", claim="old")])
+    named = {90}
+    t, seen = tracker(slurm, named)
+    await tick(t)
+    del slurm.site[90]  # slurmctld -c: every job forgotten
+    t.schedule.idle_at = float("-inf")
+    await tick(t)
+    assert 90 in t.schedule.gone
+    slurm.site[90] = job(90, "PENDING", claim="group", reason="Resources")
+    seen.clear()
+    await tick(t)
+    assert "group" not in t.by_claim  # unasked: Slurm said the id was gone
+    t.submitted(90)
+    await tick(t)
+    assert ("group", "PENDING") in seen and t.by_claim["group"].reason == "Resources"
+
+
 def test_a_read_sent_before_a_new_pod_named_the_id_does_not_call_it_gone() -> None:
     s = Schedule()
     s.known_again(68, now=10.0)

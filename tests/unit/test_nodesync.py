@@ -182,6 +182,23 @@ def test_a_pod_whose_admission_submit_got_no_answer_has_its_job_looked_for_by_na
     assert b.jobs.finder.wanted.until[name] >= before + controller.UNANSWERED_SUBMIT_WATCH
 
 
+def test_a_pod_the_binder_gave_a_new_job_has_its_early_start_applied() -> None:
+    """The binder resubmitted (or submitted a group's job): the Pod already exists and only
+    its annotation names the new job. A start slurmctld pushed before the watch brought that
+    annotation is applied once it does, as for a new Pod."""
+    b = Binder(object(), FakeSlurm([]))  # type: ignore[arg-type]
+
+    def gated(job_id: str) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": {
+            contract.A_CLAIM: "c1", contract.A_JOB_ID: job_id}},
+            "spec": {"schedulingGates": [{"name": contract.GATE}]}}
+
+    b._on_pod("ns/p", None, gated("5"))
+    assert b.jobs.pushed(9, "started", ("n1",)) == "early"  # no Pod names 9 yet
+    b._on_pod("ns/p", gated("5"), gated("9"))
+    assert b.jobs.by_claim["c1"].job_id == 9 and b.jobs.by_claim["c1"].state == "RUNNING"
+
+
 HELD = f"{contract.DRAIN_STOPPING_PREFIX} on kwok-n1 (ns/p)"
 
 

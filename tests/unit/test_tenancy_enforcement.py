@@ -167,8 +167,13 @@ class FakeJobs:
         self.synced.set()
         self.listed = self.synced  # the whole list was read too
 
+        self.asked_again: list[int] = []
+
     def kick(self) -> None:
         pass
+
+    def submitted(self, job_id: int) -> None:
+        self.asked_again.append(job_id)
 
 
 def actions(state: PolicyState) -> tuple[Actions, FakeSlurm, FakeEvents, FakeKube]:
@@ -190,6 +195,16 @@ async def test_binder_submits_as_the_tenants_user() -> None:
     (spec,) = slurm.specs
     assert (spec.user, spec.account, spec.partition) == ("team-a", "team-a", "k8s")
     assert kube.patches and events.sent[-1][1] == reasons.EV_JOB_SUBMITTED
+
+
+async def test_an_id_slurm_gives_a_new_submit_is_no_longer_one_we_cancelled() -> None:
+    """After a controller lost its state, the next submit may get an id the binder cancelled
+    within the hour: from then on it is the new job's (never skipped as ours-cancelled), and
+    the polls ask about it whatever a read said of that id before."""
+    act = actions(READY)[0]
+    act.cancelled[501] = 0.0  # the id FakeSlurm gives the next submit
+    assert await submit_one(act, pending_pod("team-a")) is None
+    assert 501 not in act.cancelled and act.jobs.asked_again == [501]
 
 
 async def test_binder_never_takes_the_user_from_the_pod() -> None:
