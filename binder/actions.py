@@ -40,6 +40,7 @@ from .podview import (
     Pod,
     allocated_condition,
     is_gated,
+    job_status,
     key_of,
 )
 
@@ -249,7 +250,8 @@ class Actions:
         t_start = time.time()
         view = PodView(pod)
         path = pod_path(view.namespace, view.name)
-        status = {**status, contract.A_SLURM_NODE: slurm_node}
+        # a gang's status names its first node: each member gets its own node and share
+        status = {**status, contract.A_ALLOCATION: "", **job_status(job, slurm_node)}
         ops: list[dict[str, Any]] = []
         # the JSON patch's test compares the list as it is, so it is read as it is
         gates = pod["spec"].get("schedulingGates") or []

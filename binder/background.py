@@ -49,6 +49,10 @@ class BackgroundWrites:
             if not self._binding:
                 self._binds_idle.set()
 
+    @property
+    def binds_in_flight(self) -> bool:
+        return not self._binds_idle.is_set()
+
     async def after_binds(self) -> None:
         """Wait until no bind is in flight, or PATIENCE has passed."""
         if self._binds_idle.is_set():

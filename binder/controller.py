@@ -37,6 +37,8 @@ STUCK_AFTER = 30.0
 # how long a job is looked for after a Pod whose admission submit got no answer
 UNANSWERED_SUBMIT_WATCH = 60.0
 ANNOUNCED_MAX = 100_000
+# a bound Pod's status refresh that met binds in flight is looked at again after this
+REFRESH_AFTER_BINDS = 1.0
 
 
 class Controller:
@@ -191,7 +193,11 @@ class Controller:
             if d.requeue_after:
                 self.queue.add_after(req, d.requeue_after)
             return
-        if d.action == decide.STATUS:
+        if d.action == decide.STATUS and not d.reason and act.background.binds_in_flight:
+            # a bound Pod's refresh (its allocation, read after a pushed start bound it) waits
+            # out a burst of binds: the API server is what a burst waits on
+            self.queue.add_after(req, REFRESH_AFTER_BINDS)
+        elif d.action == decide.STATUS:
             await asyncio.gather(*(act.set_status(p, d.status) for p in d.members))
             if d.reason:
                 await asyncio.gather(*(self.events.emit(p, d.reason, d.message)

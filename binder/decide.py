@@ -338,12 +338,15 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
         return Decision(BIND, binds=tuple(binds), job=job, reason=reasons.EV_BOUND,
                         status=job_status(job, job.nodes[0]),
                         message=f"{'group job' if u.gang else 'Slurm job'} {job.job_id}")
-    if not u.gang:
-        # A gang member's status is written at bind with its own node; a single Pod's is
-        # refreshed here too (e.g. bound by an older binder that wrote no status).
-        st = job_status(job, job.nodes[0])
-        if stale_status(holders[0], st):
-            return Decision(STATUS, members=holders[:1], status=st, job=job)
+    # Each bound member's status follows its own node's share (the allocation arrives with the
+    # whole record, after a pushed start bound it); one member a pass, the watch brings the next.
+    # A single Pod bound by an older binder that wrote no node gets the job's node.
+    for p in holders:
+        slurm_node = ann(p).get(contract.A_SLURM_NODE) or ("" if u.gang else job.nodes[0])
+        if bound(p) and slurm_node:
+            st = job_status(job, slurm_node)
+            if stale_status(p, st):
+                return Decision(STATUS, members=(p,), status=st, job=job)
     return Decision(NOTHING)
 
 

@@ -41,11 +41,11 @@ EARLY_MAX = 10_000
 MIN_POLL_GAP = 0.05  # a push wakes the poller, but never into more than 20 polls a second
 
 
-def _fingerprint(j: JobInfo) -> tuple[str, str, tuple[str, ...], bool, int]:
+def _fingerprint(j: JobInfo) -> tuple[object, ...]:
     """What of a job its Pods show: a change of any makes them reconciled. A pending job's
     start_time is Slurm's expected start (the Pod's expected-start annotation); the decision
     lets it drift by seconds without a write (podview.EXPECTED_START_SLACK)."""
-    return (j.state, j.reason, j.nodes, j.preempted, j.expected_start or 0)
+    return (j.state, j.reason, j.nodes, j.preempted, j.expected_start or 0, j.allocation)
 
 
 class JobTracker:

@@ -155,6 +155,10 @@ def job_status(job: JobInfo, slurm_node: str | None = None) -> dict[str, str]:
           contract.A_EXPECTED_START: format_time(start) if start is not None else ""}
     if slurm_node:
         st[contract.A_SLURM_NODE] = slurm_node
+        # once read (the whole record after a start); a later answer without it (a list's
+        # entry, a pushed start) leaves the annotation as it is
+        if (a := job.allocation_on(slurm_node)) is not None:
+            st[contract.A_ALLOCATION] = a.describe()
     return st
 
 

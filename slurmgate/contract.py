@@ -53,9 +53,14 @@ A_EXPECTED_START = f"{DOMAIN}/expected-start"
 # The terminationGracePeriodSeconds the Pod asked for, when admission lowered it to what its
 # partition's preemption GraceTime leaves (slurmgate/preemption.py, LONG_TERMINATION_GRACE)
 A_REQUESTED_GRACE = f"{DOMAIN}/requested-termination-grace"
+# What Slurm gave the job on the Pod's Slurm node, once it runs, from its whole record:
+# "cores=s0:0-3 memory=1024M gpus=0,1" (cores as Slurm's socket:core numbering; see
+# slurmgate/slurm/allocation.py)
+A_ALLOCATION = f"{DOMAIN}/allocation"
 
 # What the binder mirrors from the Slurm job; a gang member sent back to waiting loses them.
-JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE, A_EXPECTED_START)
+JOB_ANNOTATIONS = (A_JOB_ID, A_JOB_STATE, A_JOB_REASON, A_SLURM_NODE, A_EXPECTED_START,
+                   A_ALLOCATION)
 # Every status annotation but the claim. A Pod copied from another may carry them: admission
 # drops them, never trusts them.
 STATUS_ANNOTATIONS = (*JOB_ANNOTATIONS, A_SUBMITTED_AT, A_REQUESTED_GRACE)

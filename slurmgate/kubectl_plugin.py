@@ -135,7 +135,9 @@ def job_view(job: JobInfo | None, job_id: str) -> dict[str, Any]:
             "nodes": list(job.nodes), "submitted": _when(job.submit_time),
             **({"expected_start": _when(job.expected_start or 0)} if job.state == PENDING
                else {"started": _when(job.start_time)}),
-            "restarts": job.restarts, "preempted": job.preempted}
+            "restarts": job.restarts, "preempted": job.preempted,
+            **({"holds": "; ".join(f"{a.node} {a.describe()}" for a in job.allocation)}
+               if job.allocation else {})}
 
 
 def explanation(p: dict[str, Any], job: dict[str, Any] | None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurmgate.hostlist import expand
-from slurmgate.slurm import placeholder
+from slurmgate.slurm import allocation, placeholder
 from slurmgate.slurm.models import (
     JOB_FLAG_PRECEDENCE,
     NODE_BASE_STATES,
@@ -226,6 +226,7 @@ def parse_job(d: Mapping[str, Any]) -> JobInfo:
         whole_nodes=_whole_nodes(d),
         restarts=num(d.get("restart_cnt")),
         user=text(d.get("user_name")),
+        allocation=allocation.parse(d, nodes),
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmgate import names
+from slurmgate.slurm.allocation import NodeAllocation
 
 # Slurm's job states, by what they mean for the Node a placeholder job holds. Every set of
 # states elsewhere is derived from these (the binder, the job poller, the benches).
@@ -157,6 +158,12 @@ class JobInfo:
     # How often Slurm requeued the job (a requeue on preemption counts).
     restarts: int = 0
     user: str = ""
+    # Which cores, memory and GPUs Slurm gave it on each node, from its whole record (() while
+    # pending, or where the answer left it out): slurmgate/slurm/allocation.py
+    allocation: tuple[NodeAllocation, ...] = ()
+
+    def allocation_on(self, node: str) -> NodeAllocation | None:
+        return next((a for a in self.allocation if a.node == node), None)
 
     @property
     def ended(self) -> bool:

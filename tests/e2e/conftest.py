@@ -138,6 +138,23 @@ def _slurmctld_said(lc: local_mod.Local, since: float) -> list[str]:
     return out
 
 
+def _pods_said(admin: Kubectl, ns: str) -> str:
+    """Each Pod's Node, phase, gates and slurmgate's annotations: what the binder last wrote."""
+    try:
+        pods = admin.items("pods", ns=ns)
+    except Exception as e:  # the API server may be what a fault test took down
+        return f"not readable: {e}"
+    rows = []
+    for p in pods:
+        ours = {k.removeprefix(f"{contract.DOMAIN}/"): v
+                for k, v in (p["metadata"].get("annotations") or {}).items()
+                if k.startswith(f"{contract.DOMAIN}/")}
+        rows.append(f"{p['metadata']['name']} node={p['spec'].get('nodeName', '')} "
+                    f"phase={p['status'].get('phase')} "
+                    f"gated={bool(p['spec'].get('schedulingGates'))} {ours}")
+    return "\n".join(rows) or "no Pods"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed e2e test's report carries what slurmgate and Slurm said meanwhile: the webhook and
@@ -161,6 +178,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if lines:
             rep.sections.append((f"{component} log ({name or 'tail'})",
                                  "\n".join(lines[-LOG_LINES_ON_FAILURE:])))
+    admin = funcargs.get("admin")
+    if isinstance(admin, Kubectl) and isinstance(name, str):
+        rep.sections.append((f"Pods of {name} at failure", _pods_said(admin, name)))
     lc = funcargs.get("local") or funcargs.get("cluster")
     if lc is not None:
         try:

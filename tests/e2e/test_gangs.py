@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cluster.bridge import Bridge
@@ -27,6 +29,17 @@ def member(name: str, group: str, size: int, index: int) -> dict:
 
 def pods(admin: Kubectl, ns: str) -> dict[str, dict]:
     return {p["metadata"]["name"]: p for p in admin.items("pods", ns=ns)}
+
+
+def scontrol_shares(local: Local, job_id: str) -> dict[str, tuple[str, str]]:
+    """Slurm node -> (memory MB, GPU indices) of the job, from `scontrol -d show job`."""
+    out = slurm_cli(local, "scontrol", "-d", "-o", "show", "job", job_id)
+    told = {}
+    for expr, mem, gres in re.findall(r"Nodes=(\S+) CPU_IDs=\S+ Mem=(\d+) GRES=(\S*)", out):
+        idx = re.search(r"gpu[^(]*\(IDX:([^)]*)\)", gres)
+        for node in hostlist.expand(expr):
+            told[node] = (mem, idx.group(1) if idx else "")
+    return told
 
 
 def group_jobs(local: Local) -> list[dict[str, str]]:
@@ -69,6 +82,19 @@ def test_group_waits_for_whole_allocation_then_binds_together(
         k8s_node_name(n) for n in nodes]
     assert [got[f"train{i}"]["metadata"]["annotations"][contract.A_SLURM_NODE]
             for i in range(3)] == nodes
+    # each member shows its own node's share, as Slurm's own CLI tells it
+    def shown() -> list[str]:
+        got = pods(admin, ns)
+        out = [got[f"train{i}"]["metadata"]["annotations"].get(contract.A_ALLOCATION, "")
+               for i in range(3)]
+        return out if all(out) else []
+
+    shares = wait_until("each member shows its node's allocation", shown, 30)
+    told = scontrol_shares(local, job_id)
+    for node, share in zip(nodes, shares, strict=True):
+        mem, gpus = told[node]
+        assert f"memory={mem}M" in share, (node, share, told)
+        assert (f"gpus={gpus}" in share) if gpus else ("gpus=" not in share), (share, told)
 
 
 def test_indexed_job_is_one_allocation(local: Local, admin: Kubectl, bridge: Bridge,

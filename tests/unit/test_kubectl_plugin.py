@@ -119,3 +119,14 @@ def test_explain_puts_the_pod_its_job_and_its_events_on_one_screen() -> None:
     # a job Slurm forgot, and a Pod with no job yet, say so
     assert "no longer known to Slurm" in explain_text(explanation(p, job_view(None, "7"), []))
     assert "Slurm: no job yet" in explain_text(explanation(pod("new"), None, []))
+
+
+def test_explain_says_what_a_running_job_holds_on_each_node() -> None:
+    from slurmgate.slurm.allocation import NodeAllocation
+    job = job_view(JobInfo(job_id=8, name="n", state="RUNNING", reason="None",
+                           nodes=("n1", "n2"), comment="", partition="k8s", submit_time=1,
+                           start_time=2, end_time=0, allocation=(
+                               NodeAllocation("n1", ((0, 0), (0, 1)), 512, (2,)),
+                               NodeAllocation("n2", ((1, 0),), 512, ()))), "8")
+    text = explain_text(explanation(pod("g"), job, []))
+    assert "holds n1 cores=s0:0-1 memory=512M gpus=2; n2 cores=s1:0 memory=512M" in text
