@@ -158,10 +158,11 @@ chaos: deps
 # and on a floor missed: too few Pods created or bound, or a fault never injected
 # (bench/chaos/floor.py). The seed and the command that replays it are printed first.
 CHAOS_VERSIONS ?= 26.05 24.11 22.05
+CHAOS_RUN_DIR ?= /tmp/slurmgate-chaos
 test-chaos: deps
 	for v in $(CHAOS_VERSIONS); do $(MAKE) --no-print-directory slurm-root SLURM_VERSION=$$v; done
 	$(PYTHON) -m bench.chaos --versions $(shell echo $(CHAOS_VERSIONS) | tr ' ' ,) --rounds 1 \
-	  --gap 5 12 --minutes 10
+	  --gap 5 12 --minutes 10 --run-dir $(CHAOS_RUN_DIR)
 
 clean: cluster-down
 	rm -rf $(RUN_DIR) kustomize/overlays/*/generated
