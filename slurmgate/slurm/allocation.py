@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurmgate.slurm.values import num, strs
+
 # a core of the job's (Slurm's JOB_RES_CORE_* words; v0.0.38 writes them lower-case)
 _HELD = frozenset({"ALLOCATED", "IN_USE"})
 # one GRES of gres_detail: "gpu:a100:2(IDX:0-1)", "gpu(IDX:0,2)", "gpu:1(IDX:N/A)"
@@ -83,15 +85,12 @@ def gpu_indices(detail: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _int(v: Any) -> int:
-    if isinstance(v, Mapping):  # v0.0.40+ numbers: {"set", "infinite", "number"}
-        v = v.get("number") if v.get("set", True) and not v.get("infinite") else 0
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-
-
 def _held(status: Any) -> bool:
-    words = [status] if isinstance(status, str) else status if isinstance(status, list) else []
-    return any(isinstance(w, str) and w.upper() in _HELD for w in words)
+    return any(w.upper() in _HELD for w in strs(status))
+
+
+def _index(v: Any) -> int:
+    return max(0, num(v))
 
 
 def _cores_v38(sockets: Any) -> list[tuple[int, int]]:
@@ -113,7 +112,7 @@ def _cores_v41(sockets: Any) -> list[tuple[int, int]]:
             continue
         for core in sock.get("cores") or ():
             if isinstance(core, Mapping) and _held(core.get("status")):
-                out.append((_int(sock.get("index")), _int(core.get("index"))))
+                out.append((_index(sock.get("index")), _index(core.get("index"))))
     return out
 
 
@@ -121,11 +120,11 @@ def _per_node(res: Mapping[str, Any]) -> list[tuple[str, list[tuple[int, int]], 
     nodes = res.get("nodes")
     if isinstance(nodes, Mapping):  # v0.0.41+
         return [(str(n.get("name") or ""), _cores_v41(n.get("sockets")),
-                 _int((n.get("memory") or {}).get("allocated")
-                      if isinstance(n.get("memory"), Mapping) else 0))
+                 _index(n["memory"].get("allocated")
+                        if isinstance(n.get("memory"), Mapping) else 0))
                 for n in nodes.get("allocation") or () if isinstance(n, Mapping)]
     return [(str(n.get("nodename") or ""), _cores_v38(n.get("sockets")),
-             _int(n.get("memory_allocated")))
+             _index(n.get("memory_allocated")))
             for n in res.get("allocated_nodes") or () if isinstance(n, Mapping)]
 
 
