@@ -306,10 +306,13 @@ def _running(u: Unit, job: JobInfo, claim: str, holders: tuple[Pod, ...], w: Wor
     astray = [p for p in holders if bound(p) and (n := ann(p).get(contract.A_SLURM_NODE))
               and n not in job.nodes]
     if astray:  # the Node would run a Pod and someone else's Slurm job
+        # every member reads the one message: a gang's names the member that is astray
+        who = f"member {PodView(astray[0]).name}" if u.gang else "the Pod"
         return Decision(EVICT, evict=holders, job=job, reason=reasons.EV_NODE_MISMATCH,
                         message=f"Slurm job {job.job_id} runs on {','.join(job.nodes)}, not "
-                                f"on {ann(astray[0]).get(contract.A_SLURM_NODE)} the Pod was "
-                                "bound for; the Pod goes so that no Node is shared")
+                                f"on {ann(astray[0]).get(contract.A_SLURM_NODE)} {who} was "
+                                f"bound for; the {'group' if u.gang else 'Pod'} goes so that "
+                                "no Node is shared")
     if len(job.nodes) < u.size:  # all or nothing: a gang binds once Slurm allocated it whole
         return Decision(WAIT, requeue_after=0.5)
     # rank i -> the job's i-th node, counting members that already finished (their node is

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.chaos import FAULTS
-from bench.chaos.observe import Admin, Observer, processes
+from bench.chaos.observe import Admin, Observer
+from bench.chaos.reads import processes
 from cluster import bridge as bridge_mod
 from cluster import kube, proc, slurm_cluster, slurm_faults
 from cluster.bridge import Bridge

@@ -82,6 +82,10 @@ class Snapshot:
     ctld_since: float = 0.0  # when the running slurmctld started (0: the cluster's first)
     # (Slurm node, when the fault driver SIGKILLed its slurmd), every such kill so far
     slurmd_kills: tuple[tuple[str, float], ...] = ()
+    ctld_down_at: float = 0.0  # when the last slurmctld was SIGKILLed (0: never)
+    # (job id, Slurm node): the nodes Slurm had given each job when that slurmctld went down,
+    # as squeue samples and slurmctld's own log showed them
+    placed_before_crash: frozenset[tuple[int, str]] = frozenset()
 
 
 def pod_view(p: dict[str, Any]) -> PodView:
@@ -150,14 +154,28 @@ def sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:
     names = {j.job_id: f"{j.partition} {j.name}" for j in s.jobs}
     out: dict[tuple[int, str], str] = {}
     for pr, p in _beside_pods(s, k8s_node):
-        if not _stray(pr, s) and not lost_in_crash(pr, s):
+        if not _stray(pr, s) and not lost_in_crash(pr, s) and not relocated_in_crash(p, pr, s):
             out.setdefault((pr.job_id, pr.node), (
                 f"Node {p.node} holds Pod {p.key} while job {pr.job_id} "
                 f"({names.get(pr.job_id, 'not in squeue')}) runs on {pr.node} (pid {pr.pid})"))
     return list(out.values())
 
 
+def relocated_in_crash(p: PodView, pr: JobProc, s: Snapshot) -> Job | None:
+    """The Pod's own job, when Slurm had it on the process's node as slurmctld went down and
+    the restarted one (its saved state older than that start) placed it again, elsewhere or
+    not yet, and gave the node to the process's job: Slurm forgot the Pod's job there, so the
+    Pod, bound where Slurm had put its job, now stands beside a job Slurm started after the
+    crash. The binder is held to evicting it (see misplaced)."""
+    if not s.ctld_down_at or pr.start <= s.ctld_down_at or _placed_by_slurm(p, pr.node, s):
+        return None
+    # a job that ended where it ran still lists that node: only a job placed again lacks it
+    return next((j for j in s.jobs if _own(p, j.job_id, j.claim) and pr.node not in j.nodes
+                 and (j.job_id, pr.node) in s.placed_before_crash), None)
+
+
 STRAY, LOST_IN_CRASH = "stray placeholder", "batch job lost in a slurmctld crash"
+RELOCATED = "Pod's job placed again by a restarted slurmctld"
 
 
 @dataclass(frozen=True)
@@ -236,6 +254,52 @@ def leftovers(s: Snapshot, k8s_node: dict[str, str]) -> list[Leftover]:
                             f"{what} on {pr.node} (pid {pr.pid}) beside Pod {p.key}; Slurm has "
                             "no such job there", evidence, placed is not None and bool(why))
     return list(out.values())
+
+
+def relocated(s: Snapshot, k8s_node: dict[str, str]) -> list[Leftover]:
+    """A job Slurm started after a slurmctld crash beside a Pod whose own job Slurm had on
+    that node before the crash and placed again after it (relocated_in_crash): Slurm's own
+    double booking, with the observations that prove it. Without them the pair is a sharing."""
+    out: dict[str, Leftover] = {}
+    for pr, p in _beside_pods(s, k8s_node):
+        own = relocated_in_crash(p, pr, s)
+        key = f"{pr.job_id}@{pr.node} beside {p.key}"
+        if own is None or key in out or _stray(pr, s) or lost_in_crash(pr, s):
+            continue
+        evidence = (
+            f"before the crash: Slurm had the Pod's job {own.job_id} on {pr.node} (squeue "
+            "samples or slurmctld's log, until it was SIGKILLed at "
+            f"{_clock(s.ctld_down_at)})",
+            f"slurmctld started again at {_clock(s.ctld_since)} on a saved state older than "
+            "that start",
+            f"squeue: the Pod's job {own.job_id} ({own.name}) is {own.state} on "
+            f"{','.join(own.nodes) or '-'}, no longer on {pr.node}",
+            f"/proc: pid {pr.pid} of job {pr.job_id} ({pr.name or 'unnamed'}) on {pr.node}, "
+            f"started {_clock(pr.start)}, after the crash",
+        )
+        out[key] = Leftover(RELOCATED, key, f"job {pr.job_id} ({pr.name}) started on {pr.node} "
+                            f"beside Pod {p.key}, whose job {own.job_id} Slurm had there "
+                            "before slurmctld's crash", evidence, True)
+    return list(out.values())
+
+
+def misplaced(s: Snapshot, k8s_node: dict[str, str]) -> dict[str, str]:
+    """Pods (not yet told to go) on a Node whose Slurm node none of their jobs holds while one
+    is still queued or running elsewhere: Slurm moved the job (a restart on an old state, a
+    requeue), and the binder must evict the Pod: key -> description."""
+    slurm_node = {k: n for n, k in k8s_node.items()}
+    out = {}
+    for p in s.pods:
+        node = slurm_node.get(p.node or "")
+        if not node or not p.occupies or p.terminating:
+            continue
+        own = [j for j in s.jobs if _own(p, j.job_id, j.claim)]
+        if own and not _placed_by_slurm(p, node, s) and any(
+                j.state in QUEUED_OR_RUNNING for j in own):
+            out[p.key] = (f"Pod {p.key} on {p.node} while its job "
+                          + ", ".join(f"{j.job_id} is {j.state} on {','.join(j.nodes) or '-'}"
+                                      for j in own))
+    return out
 
 
 def slurm_view_sharing(s: Snapshot, k8s_node: dict[str, str]) -> list[str]:

@@ -5,7 +5,6 @@ fault driver."""
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import sys
@@ -15,13 +14,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench.chaos import invariants as inv
+from bench.chaos.reads import job_processes, parse_squeue, processes, starts_in_log
 from cluster.local import Local, k8s_node_name
-from slurmgate import hostlist
 
 SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 
@@ -30,7 +28,8 @@ SQUEUE_FORMAT = "%i|%T|%N|%S|%P|%j|%k"
 # 10 s and duplicate sweeps every 10 s in the local bridge, a lost job resubmitted after 60 s, a
 # restarted binder waiting out a 15 s Lease) plus a margin for 2 loaded cores.
 LIMITS = {"leaked job": 45.0, "duplicate jobs": 30.0, "waiting without a job": 90.0,
-          "unbound while its job runs": 30.0, "orphan process": 5.0}
+          "unbound while its job runs": 30.0, "on a Node its job left": 30.0,
+          "orphan process": 5.0}
 DOUBLE_BOOKING = "DOUBLE BOOKING"
 LOUD = ("FAULT", "SUPERVISOR", "SLURM VIEW ONLY", DOUBLE_BOOKING, "RESUMED")
 # Outstanding items first seen up to this long after a fault's restore (or after our components
@@ -74,87 +73,6 @@ def _progress(text: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def _epoch(text: str) -> float:
-    try:
-        return datetime.fromisoformat(text).timestamp()  # squeue prints local time
-    except ValueError:
-        return 0.0  # N/A, Unknown
-
-
-def parse_squeue(out: str) -> list[inv.Job]:
-    jobs = []
-    for line in out.splitlines():
-        parts = line.split("|", 6)
-        if len(parts) != 7 or not parts[0].strip().isdigit():
-            continue
-        jid, state, nodes, start, part, name, comment = parts
-        try:
-            expanded = tuple(hostlist.expand(nodes)) if nodes.strip() else ()
-        except ValueError:
-            expanded = ()
-        jobs.append(inv.Job(int(jid), state, expanded, _epoch(start), part, name, comment))
-    return jobs
-
-
-def _boot_time() -> float:
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return 0.0
-
-
-BOOT = _boot_time()
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def job_processes(conf: str) -> list[inv.JobProc]:
-    """The processes the cluster's jobs really run: children of a slurmstepd whose environment
-    names this cluster's slurm.conf (another cluster may run on the host), with the job id and
-    node Slurm gave them."""
-    stat: dict[int, tuple[int, float]] = {}  # pid -> (ppid, start)
-    stepds = set()
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            text = (p / "stat").read_text()
-            if text[text.index("(") + 1:].startswith("slurmstepd"):
-                stepds.add(int(p.name))
-        except (OSError, ValueError):
-            continue
-        f = text[text.rindex(")") + 2:].split()
-        stat[int(p.name)] = (int(f[1]), BOOT + int(f[19]) / TICK)
-    want = f"SLURM_CONF={conf}"
-    out = []
-    for pid, (ppid, start) in stat.items():
-        if ppid not in stepds:
-            continue
-        try:
-            env = dict(e.split("=", 1) for e in (Path(f"/proc/{pid}/environ").read_bytes()
-                       .decode(errors="replace").split("\0")) if "=" in e)
-        except OSError:
-            continue  # ended meanwhile
-        job, node = env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", "")
-        if f"SLURM_CONF={env.get('SLURM_CONF')}" == want and job.isdigit() and node:
-            out.append(inv.JobProc(pid, int(job), node, start, env.get("SLURM_JOB_NAME", "")))
-    return out
-
-
-def processes() -> list[inv.Proc]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        out.append(inv.Proc(int(p.name), ppid, cmd.strip()))
-    return out
-
-
 @dataclass
 class Durations:
     """How long each item of one condition has lasted, from first sight or the last fault."""
@@ -196,6 +114,10 @@ class Observer(threading.Thread):
         # (of the sample that proved it, else of the first). Unproven ones fail the run.
         self.double_bookings: dict[str, dict[str, Any]] = {}
         self.ctld_since = 0.0  # when the running slurmctld was started again
+        self.ctld_down_at = 0.0  # when it was last SIGKILLed
+        # job id -> (when, nodes): where squeue last showed each job on its nodes
+        self.placements: dict[int, tuple[float, tuple[str, ...]]] = {}
+        self.placed_before_crash: frozenset[tuple[int, str]] = frozenset()
         self.slurmd_kills: list[tuple[str, float]] = []  # (Slurm node, when)
         self.bound: set[str] = set()  # Pods seen bound to a Node at least once
         self._reported: set[tuple[str, str]] = set()
@@ -218,6 +140,8 @@ class Observer(threading.Thread):
 
     def fault_started(self, name: str) -> None:
         with self.lock:
+            if name == "slurmctld":
+                self.ctld_down_at = time.time()
             self.pending_fault = None
             self.ready_at = self.clear_at = None
             self.last_fault_end = float("inf")  # nothing times out while a component is down
@@ -229,7 +153,22 @@ class Observer(threading.Thread):
             self.pending_fault = (name, now)
             if name == "slurmctld":
                 self.ctld_since = now
+                self.placed_before_crash = self._placed_at(self.ctld_down_at)
             self.ready_at = self.clear_at = None
+
+    def _placed_at(self, t: float) -> frozenset[tuple[int, str]]:
+        """(job id, node) for where Slurm had each job at `t`: the later of the last squeue
+        sample and slurmctld's log (its starts in the last instants before a crash)."""
+        last = dict(self.placements)
+        try:
+            logged = starts_in_log((self.local.slurm.run_dir / "log" / "ctld.log").read_text(
+                errors="replace"), until=t)
+        except OSError:
+            logged = {}
+        for jid, (when, nodes) in logged.items():
+            if when >= last.get(jid, (0.0, ()))[0]:
+                last[jid] = (when, nodes)
+        return frozenset((jid, n) for jid, (_, nodes) in last.items() for n in nodes)
 
     def slurmd_killed(self, node: str) -> None:
         with self.lock:
@@ -248,12 +187,16 @@ class Observer(threading.Thread):
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20,
                              check=True).stdout
         t_slurm = time.time()
+        jobs = tuple(parse_squeue(out))
         with self.lock:
             kills = tuple(self.slurmd_kills)
-        return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items),
-                            tuple(parse_squeue(out)),
-                            tuple(job_processes(str(self.local.slurm.conf))),
-                            self.ctld_since, kills)
+            for j in jobs:
+                if j.state in inv.ON_NODE_STATES and j.nodes:
+                    self.placements[j.job_id] = (t_slurm, j.nodes)
+            ctld = (self.ctld_since, self.ctld_down_at, self.placed_before_crash)
+        return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items), jobs,
+                            tuple(job_processes(str(self.local.slurm.conf))), ctld[0], kills,
+                            ctld[1], ctld[2])
 
     def _violate(self, rule: str, detail: str, key: str, t: float | None = None) -> None:
         """`t`: when it happened, if before now (the timeline printed ends there)."""
@@ -278,7 +221,7 @@ class Observer(threading.Thread):
             if d not in self.slurm_view_only:
                 self.slurm_view_only.append(d)
                 self.note(f"SLURM VIEW ONLY {d}")
-        for lo in inv.leftovers(s, self.k8s_node):
+        for lo in [*inv.leftovers(s, self.k8s_node), *inv.relocated(s, self.k8s_node)]:
             self._double_booking(lo, now)
         self.bound.update(p.key for p in s.pods if p.node)
         listed = {p.key: p.uid for p in s.pods}
@@ -291,6 +234,7 @@ class Observer(threading.Thread):
             "duplicate jobs": inv.duplicate_jobs(s),
             "waiting without a job": inv.waiting_without_job(s),
             "unbound while its job runs": inv.unbound_while_running(s),
+            "on a Node its job left": inv.misplaced(s, self.k8s_node),
             "orphan process": inv.orphans(processes(), self.python),
         }
         for rule, items in conditions.items():

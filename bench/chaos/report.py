@@ -75,8 +75,8 @@ def summary(version: str, seed: int, minutes: float, churn: ChurnStats,
 def _double_bookings(items: dict[str, dict[str, Any]]) -> list[str]:
     """Each with its verdict and the observations it rests on."""
     own = sum(1 for r in items.values() if r["slurms_own"])
-    lines = [f"double bookings (a process of a job Slurm no longer has on the node, beside a "
-             f"Pod): {len(items)}; proven Slurm's own {own}, counted as violations "
+    lines = [f"double bookings (a job's process beside a Pod, one of the two jobs no longer on "
+             f"that node in Slurm): {len(items)}; proven Slurm's own {own}, counted as violations "
              f"{len(items) - own}"]
     for r in items.values():
         verdict = "Slurm's own" if r["slurms_own"] else "COUNTED"

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bench.chaos.observe import job_processes, processes
+from bench.chaos.reads import job_processes, processes
 
 EVERY = 0.05  # s between two reads of /proc (one read takes a few ms)
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.chaos import FAULTS, faults
-from bench.chaos.observe import processes
+from bench.chaos.reads import processes
 
 # a "binder" that starts one child whose command line looks like a multiprocessing worker
 PARENT = ("import subprocess, sys, time\n"

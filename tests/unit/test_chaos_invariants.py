@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from bench.chaos import invariants as inv
-from bench.chaos.observe import LIMITS, Durations, Observer, parse_squeue
+from bench.chaos.observe import LIMITS, Durations, Observer
+from bench.chaos.reads import parse_squeue, starts_in_log
 from slurmgate import contract
 
 K8S = {"n1": "kwok-n1", "n2": "kwok-n2"}
@@ -160,6 +166,83 @@ def test_a_batch_job_the_crashed_controller_lost_is_slurms_double_booking() -> N
     assert inv.sharing(dataclasses.replace(crashed, ctld_since=T - 4), K8S)
     killed = dataclasses.replace(crashed, ctld_since=0.0, slurmd_kills=(("n1", T - 2),))
     assert inv.sharing(killed, K8S) and not inv.leftovers(killed, K8S)
+
+
+def _relocated(**changes: object) -> inv.Snapshot:
+    """Pod p bound on n1 for its job 1, which Slurm had there when slurmctld was SIGKILLed at
+    T-5; the controller, back on an older state, started job 1 again on n2 and gave n1 to job
+    31 (another Pod's placeholder) at T-1."""
+    jobs = [job(1, nodes=("n2",), start=T - 1), job(31, claim="c31", start=T - 1)]
+    s = dataclasses.replace(snap([pod()], jobs), ctld_down_at=T - 5, ctld_since=T - 3,
+                            placed_before_crash=frozenset({(1, "n1")}))
+    return dataclasses.replace(s, **changes)
+
+
+def test_a_pods_job_the_restarted_controller_placed_again_is_slurms_double_booking() -> None:
+    s = _relocated()
+    assert not inv.sharing(s, K8S)
+    (lo,) = inv.relocated(s, K8S)
+    assert (lo.key, lo.kind, lo.slurms_own) == ("31@n1 beside ns/p", inv.RELOCATED, True)
+    assert any("Slurm had the Pod's job 1 on n1" in e for e in lo.evidence)
+    assert any("job 1 (j1) is RUNNING on n2, no longer on n1" in e for e in lo.evidence)
+    # the binder is held to evicting the Pod: it stands where its job no longer is
+    assert inv.misplaced(s, K8S) == {"ns/p": "Pod ns/p on kwok-n1 while its job 1 is RUNNING "
+                                             "on n2"}
+    # not yet started again (pending) is the same story
+    pending = _relocated(jobs=(job(1, "PENDING", nodes=(), start=0),
+                               job(31, claim="c31", start=T - 1)))
+    assert not inv.sharing(pending, K8S) and inv.relocated(pending, K8S)
+
+
+def test_a_pod_beside_another_job_without_the_crash_story_is_sharing() -> None:
+    unexcused = {
+        # no sample nor log line had Slurm put job 1 on n1 before the crash
+        "never placed there": _relocated(placed_before_crash=frozenset({(1, "n2")})),
+        # no slurmctld crash at all
+        "no crash": _relocated(ctld_down_at=0.0, ctld_since=0.0),
+        # job 31's process started before the crash: that controller knew both jobs
+        "started before": _relocated(procs=tuple(running([job(1, nodes=("n2",)),
+                                                          job(31, claim="c31", start=T - 6)]))),
+        # job 1 ended where it ran (squeue still lists n1): the Pod outstayed its job
+        "ended there": _relocated(jobs=(job(1, "COMPLETED", start=T - 9),
+                                        job(31, claim="c31", start=T - 1))),
+    }
+    for why, s in unexcused.items():
+        assert inv.sharing(s, K8S) and not inv.relocated(s, K8S), why
+    # a Pod whose job ended is not held to eviction by this rule, nor a Pod being evicted
+    assert not inv.misplaced(unexcused["ended there"], K8S)
+    assert not inv.misplaced(_relocated(pods=(pod(terminating=True),)), K8S)
+    assert not inv.misplaced(snap([pod()], [job(1)]), K8S)  # on its job's node
+
+
+def test_slurmctld_log_gives_each_jobs_last_start() -> None:
+    # real lines of 24.11 (22.05 and 26.05 print the same two formats)
+    log = ("[2026-12-07T15:54:05.051] sched/backfill: _start_job: Started JobId=21 in k8s on n3\n"
+           "[2026-12-07T15:54:11.461] sched: Allocate JobId=30 NodeList=n[1,3] #CPUs=16 "
+           "Partition=k8s\n"
+           "[2026-12-07T15:54:17.285] Recovered JobId=30 Assoc=2\n"
+           "[2026-12-07T15:54:18.291] sched/backfill: _start_job: Started JobId=30 in k8s on "
+           "n[1-2]\n")
+    starts = starts_in_log(log)
+    assert set(starts) == {21, 30}
+    assert starts[30][1] == ("n1", "n2") and starts[21][1] == ("n3",)
+    assert starts[30][0] - starts[21][0] == pytest.approx(13.24)
+
+
+def test_where_slurm_had_each_job_when_slurmctld_went_down(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "ctld.log").write_text(
+        "[2026-12-07T15:54:11.461] sched: Allocate JobId=30 NodeList=n[1,3] #CPUs=16\n"
+        "[2026-12-07T15:54:18.291] sched/backfill: _start_job: Started JobId=30 in k8s on n2\n")
+    crash = datetime.fromisoformat("2026-12-07T15:54:13").timestamp()
+    obs = Observer.__new__(Observer)
+    obs.local = SimpleNamespace(slurm=SimpleNamespace(run_dir=tmp_path))  # type: ignore[assignment]
+    # squeue last saw job 30 on n4 before the logged start, job 7 on n2
+    obs.placements = {30: (crash - 10, ("n4",)), 7: (crash - 1, ("n2",))}
+    # the log's start before the crash is the later: it wins; the one after is not counted
+    assert obs._placed_at(crash) == {(30, "n1"), (30, "n3"), (7, "n2")}
+    obs.placements[30] = (crash - 0.5, ("n4",))  # a sample after the logged start wins
+    assert obs._placed_at(crash) == {(30, "n4"), (7, "n2")}
 
 
 def _booking_observer() -> Observer:

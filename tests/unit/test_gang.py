@@ -187,3 +187,16 @@ def test_members_whose_claim_has_not_reached_the_watch_have_not_left() -> None:
     assert decide_group(gone, jobs(job("PENDING")), just).action == gang.RELEASE
     late = dataclasses.replace(just, now=NOW + W.vanish_grace + 1)
     assert decide_group(ms, jobs(job("PENDING")), late).action == gang.RELEASE
+
+
+def test_a_member_whose_node_the_group_job_left_sends_the_group_back_naming_it() -> None:
+    # a restarted slurmctld started the job again on n1,n2 after it ran on n1,n3: the member
+    # on n3 would share that node; every member reads who is astray, not its own node
+    ms = [member(i, "c", f"kwok-n{n}", size=2) for i, n in enumerate((1, 3))]
+    for m, n in zip(ms, ("n1", "n3"), strict=True):
+        m["metadata"]["annotations"][contract.A_SLURM_NODE] = n
+    d = decide_group(ms, jobs(job("RUNNING", ("n1", "n2"))), W)
+    assert d.action == gang.EVICT and len(d.evict) == 2
+    assert d.message.startswith("Slurm job 9 runs on n1,n2, not on n3 member m1 was bound "
+                                "for; the group goes")
+    assert decide_group(ms, jobs(job("RUNNING", ("n1", "n3"))), W).action != gang.EVICT
