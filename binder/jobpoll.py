@@ -12,10 +12,11 @@ and from our Pods' annotations):
 - 22.05: GET /job/{id} per job (no filtered list there), at most READS_PER_SECOND a second.
 
 slurmctld's hook (binder/push.py) is the primary signal for starts and ends; these polls are the
-safety net. Jobs in flight are asked about every FAST_POLL; the others every SLOW_POLL, or every
-HOOK_IDLE_POLL while the hook is known to work (it pushed since the last change a poll saw
-first). The whole list is read rarely (at start, every ``full_every`` seconds, and when asked:
-a submit whose answer was lost may have made a job no Pod names) and parsed only for our jobs.
+safety net. Jobs in flight are asked about every FAST_POLL, or every HOOKED_FAST_POLL while the
+hook is known to work (it pushed since the last change a poll saw first); the others every
+SLOW_POLL, or every HOOK_IDLE_POLL while the hook is known to work. The whole list is read
+rarely (at start, every ``full_every`` seconds, and when asked: a submit whose answer was lost
+may have made a job no Pod names) and parsed only for our jobs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ from slurmgate.preemption import preempt_every
 from slurmgate.slurm import COMPLETING, IN_FLIGHT_STATES, PENDING, RUNNING, JobInfo, SlurmClient
 
 FAST_POLL = 0.1  # a job of ours is pending or changing: notice its start quickly
+# ...while the hook is known to push: starts and ends come by push (an end wakes the poller at
+# once), so polls in flight are the safety net for a push the hook misses. At FAST_POLL they
+# were slurmctld's main cost of us on a busy site (bench.busy, 24.11, 50,000 jobs: 16 Pods in
+# flight added 6.5 % of a core, 758 reads a minute), and each read holds slurmctld's job lock
+# against our own cancels (their p50 1.5-1.8x the same cancel made directly). A start the hook
+# misses is still seen within this, and 3 s later (HOOK_MISS_AFTER) polling is fast again.
+HOOKED_FAST_POLL = 0.5
 SLOW_POLL = 1.0  # nothing in flight, and no sign that the hook works
 HOOK_IDLE_POLL = 15.0  # nothing in flight, and the hook pushed since the last change it missed
 FULL_EVERY = 3600.0  # the whole list, for jobs of ours no Pod names (binder/config.py)
@@ -64,7 +72,7 @@ def poll_delay(in_flight: bool, took: float, hook_ok: bool = False) -> float:
     under half of the time; never slower than when idle."""
     if not in_flight:
         return HOOK_IDLE_POLL if hook_ok else SLOW_POLL
-    return max(FAST_POLL, min(SLOW_POLL, took))
+    return max(HOOKED_FAST_POLL if hook_ok else FAST_POLL, min(SLOW_POLL, took))
 
 
 @dataclass
@@ -224,9 +232,10 @@ def merged(known: dict[int, JobInfo], fresh: dict[int, JobInfo], gone: set[int])
 class HookHealth:
     """Whether slurmctld's hook is known to work: it has pushed, and no start or end of ours
     that a poll saw went without its push for HOOK_MISS_AFTER seconds since it last pushed.
-    Only then may idle polling slow down to HOOK_IDLE_POLL. A hook that dies is found out by
-    the next change of ours (a start is polled for at FAST_POLL, an end within HOOK_IDLE_POLL):
-    from then on the binder polls at SLOW_POLL until the hook pushes about a job of ours."""
+    Only then may polling slow down (HOOK_IDLE_POLL, HOOKED_FAST_POLL). A hook that dies is
+    found out by the next change of ours (a start is polled for at HOOKED_FAST_POLL, an end
+    within HOOK_IDLE_POLL): from then on the binder polls at FAST_POLL in flight and SLOW_POLL
+    otherwise, until the hook pushes about a job of ours."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock

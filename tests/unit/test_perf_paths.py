@@ -102,11 +102,21 @@ def test_two_live_jobs_for_one_claim_keep_one_and_flag_the_other() -> None:
 
 
 def test_slow_polls_back_off() -> None:
-    from slurmgate.binder.jobpoll import FAST_POLL, HOOK_IDLE_POLL, SLOW_POLL, poll_delay
+    from slurmgate.binder.jobpoll import (
+        FAST_POLL,
+        HOOK_IDLE_POLL,
+        HOOKED_FAST_POLL,
+        SLOW_POLL,
+        poll_delay,
+    )
 
     assert poll_delay(True, 0.003) == FAST_POLL  # fast answers: poll fast
     assert poll_delay(True, 0.4) == 0.4  # slow answers: wait as long as the poll took
     assert poll_delay(True, 7.0) == SLOW_POLL  # never slower than when idle
     assert poll_delay(False, 0.003) == SLOW_POLL
     assert poll_delay(False, 0.003, hook_ok=True) == HOOK_IDLE_POLL  # the hook pushes starts
-    assert poll_delay(True, 0.003, hook_ok=True) == FAST_POLL  # in flight: the safety net
+    # in flight with a hook that pushes: polls are the safety net for a push it misses, and a
+    # slower one than without it (each read holds slurmctld's job lock against our cancels)
+    assert poll_delay(True, 0.003, hook_ok=True) == HOOKED_FAST_POLL > FAST_POLL
+    assert poll_delay(True, 0.8, hook_ok=True) == 0.8  # slow answers still pace it
+    assert HOOKED_FAST_POLL < 1.0  # a start the hook misses is seen within a second
