@@ -7,6 +7,7 @@ real scrapes and numbers."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,49 @@ def site_cost(stopped: dict[str, float], running: dict[str, float]) -> dict[str,
     keys = [*SITE, SITE_TOTAL]
     return {k: round(running.get(k, 0.0) - stopped.get(k, 0.0), 2) for k in keys
             if k in running or k in stopped}
+
+
+# sdiag's "Remote Procedure Call statistics by user" lines (the same on 22.05 to 26.05):
+#   "\troot            (       0) count:1234   ave_time:210    total_time:259140" (microseconds)
+_RPC_USER_LINE = re.compile(
+    r"^\s*(\S+)\s*\(\s*(\d+)\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
+# slurmgate's RPCs reach slurmctld as this user (slurmrestd's token, cluster/slurm.py); the
+# background's are its tenants' (bench/busy_load.py), its churn's cancels root's too
+RPC_USER = "root"
+
+
+def rpcs_by_user(sdiag: str) -> dict[str, tuple[int, float]]:
+    """user -> (RPCs, seconds slurmctld spent on them) from sdiag's per-user section: its own
+    account of whose requests took its time, whatever else the busy site makes it do."""
+    out: dict[str, tuple[int, float]] = {}
+    in_users = False
+    for line in sdiag.splitlines():
+        if "statistics by user" in line:
+            in_users = True
+            continue
+        if in_users:
+            m = _RPC_USER_LINE.match(line)
+            if m is None:
+                if line.strip():
+                    break  # the next section
+                continue
+            out[m[1]] = (int(m[3]), int(m[4]) / 1e6)
+    return out
+
+
+def rpc_delta(before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]],
+              user: str, seconds: float, reads: int = 1) -> dict[str, float] | None:
+    """`user`'s RPCs between two sdiag reads and slurmctld's time on them, % of a core; `reads`
+    (sdiag's own REQUEST_STATS_INFO, one a read) taken off the count. None without both."""
+    if user not in after or seconds <= 0:
+        return None
+    n0, t0 = before.get(user, (0, 0.0))
+    n1, t1 = after[user]
+    if n1 < n0:  # slurmctld restarted: its counters started again
+        return None
+    return {"rpcs": max(0, n1 - n0 - reads), "seconds": round(t1 - t0, 4),
+            "pct": round(100 * (t1 - t0) / seconds, 3),
+            "per_min": round(60 * max(0, n1 - n0 - reads) / seconds, 1)}
 
 
 # The binder's whole lists (GET jobs, read at start and every BINDER_FULL_LIST_INTERVAL; GET

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bench import attribution, util
 from bench.busy_cost import (
+    RPC_USER,
     Samples,
     Watched,
     background_rate,
@@ -23,6 +24,8 @@ from bench.busy_cost import (
     list_cost,
     pct_of_core,
     rest_by_endpoint,
+    rpc_delta,
+    rpcs_by_user,
 )
 from bench.busy_floor import (
     job_ended,
@@ -70,6 +73,7 @@ async def window(env: Env, watched: Watched, seconds: float, running: bool) -> d
     """`seconds` of whatever runs now: CPU (% of a core) of Slurm's daemons and of ours, RSS,
     and (slurmgate running) its slurmrestd requests by endpoint."""
     m0 = await scrape(env) if running else {}
+    r0 = await _sdiag(env)
     c0 = watched.cpu()
     host0 = util.cpu_by_command()
     t0 = time.monotonic()
@@ -77,11 +81,13 @@ async def window(env: Env, watched: Watched, seconds: float, running: bool) -> d
     dt = time.monotonic() - t0
     c1 = watched.cpu()
     host = util.cpu_delta(host0, util.cpu_by_command())
+    r1 = await _sdiag(env)
     m1 = await scrape(env) if running else {}
     cpu_s = cpu_delta_by_role(c0, c1)
     out: dict[str, Any] = {"seconds": round(dt, 1), "cpu_s": cpu_s,
                            "cpu_pct": pct_of_core(cpu_s, dt), "rss_mib": watched.rss(),
-                           "host_cpu_s": dict(list(host.items())[:10])}
+                           "host_cpu_s": dict(list(host.items())[:10]),
+                           "ctld_rpc": rpc_delta(r0, r1, RPC_USER, dt)}
     if running:
         out["rest"] = {c: rest_by_endpoint(m0.get(c, []), m1.get(c, []), c, dt)
                        for c in COMPONENTS}
@@ -90,6 +96,15 @@ async def window(env: Env, watched: Watched, seconds: float, running: bool) -> d
             - util.prom_sum(m0["binder"], "slurmgate_binder_slurm_polls_total", outcome=k)
             for k in ("changed", "not_modified")}
     return out
+
+
+async def _sdiag(env: Env) -> dict[str, tuple[int, float]]:
+    """slurmctld's per-user RPC statistics now ({} if sdiag fails: the figure is left out)."""
+    try:
+        r = await asyncio.to_thread(env.local.slurm.cli, "sdiag", timeout=20.0)
+    except Exception:
+        return {}
+    return rpcs_by_user(r.stdout) if r.returncode == 0 else {}
 
 
 async def clear(env: Env, ns: str, job_ids: set[int]) -> None:

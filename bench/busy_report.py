@@ -158,6 +158,14 @@ def _added(daemon: str) -> Callable[[Seg], str]:
     return lambda s: " / ".join(num(get(s, "cost", k, daemon)) for k in CALM)
 
 
+def _ctld_rpc(s: Seg) -> str:
+    """slurmctld's own time on root's RPCs (sdiag), % of a core (RPCs a minute), per window."""
+    def one(w: Any) -> str:
+        r = get(w, "ctld_rpc")
+        return f"{num(get(r, 'pct'))} ({num(get(r, 'per_min'))})" if r else "-"
+    return f"{one(s.get('stopped'))}; " + " / ".join(one(s.get(k)) for k in CALM)
+
+
 def _own(role: str) -> Callable[[Seg], str]:
     return lambda s: (f"{num(get(s, 'idle', 'cpu_pct', role))} / "
                       f"{num(get(s, 'pods', 'cpu_pct', role))}, "
@@ -233,6 +241,8 @@ def rows(pods: int) -> list[tuple[str, Callable[[Seg], str]]]:
          lambda s: num(get(s, "stopped", "cpu_pct", SITE_TOTAL))),
         (f"**added by slurmgate**, % of a core: {win}", _added(SITE_TOTAL)),
         (f"  of which slurmrestd: {win}", _added("slurmrestd")),
+        ("slurmctld's own time on root's RPCs (sdiag; slurmgate's, and the churn's cancels), "
+         f"% of a core (RPCs a minute): slurmgate stopped; {win}", _ctld_rpc),
         ("binder's whole job list (GET jobs, made directly, median of 3)", _list("jobs")),
         ("binder's whole node list (GET nodes, node drift check, median of 3)",
          _list("nodes")),

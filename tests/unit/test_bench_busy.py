@@ -513,3 +513,30 @@ async def test_whole_lists_made_through_slurmgates_client(tmp_path: Path) -> Non
     # a list that fails is a result too, with what it measured before
     assert out["nodes"]["runs"] == 0 and "boom" in out["nodes"]["error"]
     assert busy_report.list_cell(out["nodes"]).startswith("- (SlurmRefused")
+
+
+# sdiag's tail on 22.05 (the same lines on 24.11 and 26.05, which add sections after it)
+SDIAG = """Remote Procedure Call statistics by message type
+\tREQUEST_JOB_INFO_SINGLE                 ( 2021) count:900    ave_time:300    total_time:270000
+\tREQUEST_KILL_JOB                        ( 5032) count:10     ave_time:500    total_time:5000
+
+Remote Procedure Call statistics by user
+\troot            (       0) count:{n}   ave_time:250    total_time:{t}
+\tsg-team-a       (    1001) count:5000   ave_time:100    total_time:500000
+
+Pending RPC statistics
+\tREQUEST_TERMINATE_JOB                   ( 6011) count:1
+"""
+
+
+def test_slurmctlds_time_on_our_rpcs_comes_from_its_per_user_statistics() -> None:
+    before = busy_cost.rpcs_by_user(SDIAG.format(n=100, t=25_000))
+    # the message-type section (same line shape) is not read as users
+    assert before == {"root": (100, 0.025), "sg-team-a": (5000, 0.5)}
+    after = busy_cost.rpcs_by_user(SDIAG.format(n=161, t=325_000))
+    d = busy_cost.rpc_delta(before, after, "root", seconds=30.0)
+    # 60 RPCs of ours (sdiag's own one taken off), 0.3 s of slurmctld in 30 s: 1 % of a core
+    assert d == {"rpcs": 60, "seconds": 0.3, "pct": 1.0, "per_min": 120.0}
+    assert busy_cost.rpc_delta(before, {}, "root", 30.0) is None  # sdiag failed
+    # a restarted slurmctld counts from zero again: no figure rather than a negative one
+    assert busy_cost.rpc_delta(after, before, "root", 30.0) is None
