@@ -28,8 +28,12 @@ from typing import Any
 from bench.stats import lat
 
 # 22.05-26.05 all log these two at info; the timestamp is local time, iso8601_ms by default
-_ALLOC = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] (?:sched: Allocate|sched/backfill: _start_job: "
-                    r"Started) JobId=(?P<job>\d+)")
+# slurmctld's line for each start, the same from 22.05 to 26.05: "sched: Allocate JobId=30
+# NodeList=n[1,3] ..." (the main scheduler) and "sched/backfill: _start_job: Started JobId=31 in
+# k8s on n3" (backfill), with the nodes (bench/chaos/reads.py reads them)
+ALLOC_LINE = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] (?:sched: Allocate|sched/backfill: _start_job: "
+                        r"Started) JobId=(?P<job>\d+)"
+                        r"(?:\S* (?:NodeList=|in \S+ on )(?P<nodes>\S+))?")
 _SUBMITTED = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] _slurm_rpc_submit_batch_job: "
                         r"JobId=(?P<job>\d+)")
 _RUNNING = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\] prolog_running_decr: Configuration for "
@@ -52,13 +56,13 @@ STEPS = (  # (name, from, to)
 )
 
 
-def _local_epoch(stamp: str) -> float:
+def local_epoch(stamp: str) -> float:
     t = dt.datetime.fromisoformat(stamp)
     return time.mktime(t.timetuple()) + t.microsecond / 1e6
 
 
 def slurm_allocations(ctld_log: Path, offset: int = 0,
-                      pattern: re.Pattern[str] = _ALLOC) -> dict[int, float]:
+                      pattern: re.Pattern[str] = ALLOC_LINE) -> dict[int, float]:
     """job id -> when slurmctld allocated its nodes (the first time: a requeued job's later
     start is a different decision); reads from byte `offset`."""
     out: dict[int, float] = {}
@@ -67,7 +71,7 @@ def slurm_allocations(ctld_log: Path, offset: int = 0,
         for raw in f:
             m = pattern.match(raw.decode("utf-8", "replace"))
             if m:
-                out.setdefault(int(m["job"]), _local_epoch(m["ts"]))
+                out.setdefault(int(m["job"]), local_epoch(m["ts"]))
     return out
 
 

@@ -155,9 +155,9 @@ def rpc_delta(before: dict[str, tuple[int, float]], after: dict[str, tuple[int, 
     n1, t1 = after[user]
     if n1 < n0:  # slurmctld restarted: its counters started again
         return None
-    return {"rpcs": max(0, n1 - n0 - reads), "seconds": round(t1 - t0, 4),
-            "pct": round(100 * (t1 - t0) / seconds, 3),
-            "per_min": round(60 * max(0, n1 - n0 - reads) / seconds, 1)}
+    rpcs = max(0, n1 - n0 - reads)
+    return {"rpcs": rpcs, "seconds": round(t1 - t0, 4),
+            "pct": round(100 * (t1 - t0) / seconds, 3), "per_min": round(60 * rpcs / seconds, 1)}
 
 
 # The binder's whole lists (GET jobs, read at start and every BINDER_FULL_LIST_INTERVAL; GET

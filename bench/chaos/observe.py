@@ -193,10 +193,10 @@ class Observer(threading.Thread):
             for j in jobs:
                 if j.state in inv.ON_NODE_STATES and j.nodes:
                     self.placements[j.job_id] = (t_slurm, j.nodes)
-            ctld = (self.ctld_since, self.ctld_down_at, self.placed_before_crash)
+            since, down_at, placed = self.ctld_since, self.ctld_down_at, self.placed_before_crash
         return inv.Snapshot(t_pods, t_slurm, tuple(inv.pod_view(p) for p in items), jobs,
-                            tuple(job_processes(str(self.local.slurm.conf))), ctld[0], kills,
-                            ctld[1], ctld[2])
+                            tuple(job_processes(str(self.local.slurm.conf))), since, kills,
+                            down_at, placed)
 
     def _violate(self, rule: str, detail: str, key: str, t: float | None = None) -> None:
         """`t`: when it happened, if before now (the timeline printed ends there)."""

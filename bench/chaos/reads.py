@@ -4,10 +4,10 @@ own log, and the processes the nodes really run (/proc)."""
 from __future__ import annotations
 
 import os
-import re
 from datetime import datetime
 from pathlib import Path
 
+from bench.attribution import ALLOC_LINE, local_epoch
 from bench.chaos import invariants as inv
 from slurmgate import hostlist
 
@@ -34,23 +34,17 @@ def parse_squeue(out: str) -> list[inv.Job]:
     return jobs
 
 
-# slurmctld's line for each start: "sched: Allocate JobId=30 NodeList=n[1,3] ..." (the main
-# scheduler) and "... Started JobId=31 in k8s on n3" (backfill), the same from 22.05 to 26.05
-_START_LINE = re.compile(r"^\[([0-9T:.-]+)\] .*\b(?:Allocate|Started) JobId=(\d+)\S* "
-                         r"(?:NodeList=|in \S+ on )(\S+)")
-
-
 def starts_in_log(text: str, until: float = float("inf")) -> dict[
         int, tuple[float, tuple[str, ...]]]:
     """Job id -> (when, nodes) of its last start slurmctld logged before `until`: the starts
     it made and may not have saved before a crash, which no squeue sample caught."""
     out: dict[int, tuple[float, tuple[str, ...]]] = {}
     for line in text.splitlines():
-        m = _START_LINE.match(line)
-        if not m or (when := _epoch(m[1])) >= until:
+        m = ALLOC_LINE.match(line)
+        if not m or not m["nodes"] or (when := local_epoch(m["ts"])) >= until:
             continue
         try:
-            out[int(m[2])] = (when, tuple(hostlist.expand(m[3])))
+            out[int(m["job"])] = (when, tuple(hostlist.expand(m["nodes"])))
         except ValueError:
             continue
     return out
