@@ -290,16 +290,14 @@ class JobTracker:
             for j in self.by_claim.values())
 
     async def _pending_every(self) -> float:
-        """Job-by-job releases (22.05) read pending jobs slowly while the hook pushes their
-        starts (jobpoll.PENDING_HOOKED_EVERY); one state query asks about all at once on 24.11+,
-        so there they are asked every tick."""
+        """How seldom a pending job of ours may be read (jobpoll.pending_every)."""
         if not self.hook.ok:
             return 0.0
         try:
             d = await self.slurm.dialect()
         except Exception:  # unknown yet: the read below fails the same way
             return 0.0
-        return 0.0 if d.state_query else jobpoll.PENDING_HOOKED_EVERY
+        return jobpoll.pending_every(True, d.state_query, self.by_claim.values())
 
     async def poll_once(self) -> float:
         """One look at our jobs (see binder/jobpoll.py); returns the delay before the next."""

@@ -525,8 +525,22 @@ def test_pending_jobs_can_be_read_at_a_slower_pace_but_never_past_a_push() -> No
     assert s.plan(3.1, known, (), (), 10).ids == {1, 2, 3, 4}  # 0: every tick, as before
 
 
+def test_pending_jobs_read_job_by_job_share_one_budget_while_the_hook_pushes() -> None:
+    """22.05 reads job by job: however many of ours pend, their reads together stay at
+    PENDING_HOOKED_READS_PER_SECOND (a few pend: each every PENDING_HOOKED_EVERY)."""
+    rate = jobpoll.PENDING_HOOKED_READS_PER_SECOND
+    few = [job(1, "PENDING"), job(2, "RUNNING")]
+    many = [job(i, "PENDING") for i in range(40)] + [job(99, "PENDING", preempt_time=5)]
+    assert jobpoll.pending_every(True, False, few) == jobpoll.PENDING_HOOKED_EVERY
+    assert jobpoll.pending_every(True, False, many) == pytest.approx(40 / rate)  # not the requeued
+    assert jobpoll.pending_every(False, False, many) == 0.0  # polling is the signal
+    assert jobpoll.pending_every(True, True, many) == 0.0  # one state query asks about all
+
+
 @pytest.mark.parametrize(("version", "hooked", "want"), [
-    ("v0.0.38", True, jobpoll.PENDING_HOOKED_EVERY),  # 22.05: GET /job/{id} per job
+    # 22.05: GET /job/{id} per job; 12 pending share the budget
+    ("v0.0.38", True, max(jobpoll.PENDING_HOOKED_EVERY,
+                          12 / jobpoll.PENDING_HOOKED_READS_PER_SECOND)),
     ("v0.0.38", False, 0.0),  # no sign the hook pushes: polling is the signal
     ("v0.0.42", True, 0.0),  # one state query asks about every job at once
 ])
@@ -536,8 +550,8 @@ async def test_only_job_by_job_reads_slow_down_and_only_while_the_hook_pushes(
     t, _ = tracker(slurm)
     if hooked:
         t.hook.pushed(99, "started")
-    assert await t._pending_every() == want
     await tick(t)  # the first whole list, and the first idle look
+    assert await t._pending_every() == want
     await tick(t)
     slurm.calls.clear()
     await tick(t)
