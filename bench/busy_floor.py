@@ -84,46 +84,65 @@ FLOOR_READ_GAP_S = 0.1
 READS_SIDE_BY_SIDE_S = 20.0
 
 
-async def slurm_floor(env: Env, n: int) -> dict[str, Any]:
+class SlurmFloor:
     """The webhook's submit, the binder's state read and its cancel, made directly to
     slurmrestd: each job submitted alone, waited for until RUNNING, its state read (with the
-    ids before it, as the binder asks for every id it watches), then cancelled (KILL)."""
-    ctld_log, _ = env.logs()
-    at = attribution.size_of(ctld_log)
-    d = await env.slurm.dialect()
-    submit, cancel, reads, ids = [], [], [], []
-    for i in range(n):
-        spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024, cpus=1,
-                       partition=FLOOR_PARTITION)
-        t0 = time.perf_counter()
-        jid = await env.slurm.submit(spec)
-        submit.append(time.perf_counter() - t0)
-        ids.append(jid)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            j = await env.slurm.job(jid)
-            if j is not None and j.state == RUNNING:
-                break
-            await asyncio.sleep(0.05)
-        for _ in range(FLOOR_READS_PER_JOB):
+    ids before it, as the binder asks for every id it watches), then cancelled (KILL).
+
+    Run in blocks (`block`) between the rounds of marked Pods, so that the direct calls and
+    slurmgate's meet the same moments of a busy slurmctld: their p99s are then compared side
+    by side, not a quiet minute against a loaded one."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.submit: list[float] = []
+        self.cancel: list[float] = []
+        self.reads: list[float] = []
+        self.ids: list[int] = []
+        self.ctld_log, _ = env.logs()
+        self.at = attribution.size_of(self.ctld_log)
+
+    async def block(self, n: int) -> None:
+        """`n` jobs one after another, then until they are gone and our nodes idle."""
+        d = await self.env.slurm.dialect()
+        slurm, first = self.env.slurm, len(self.ids)
+        for i in range(first, first + n):
+            spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024,
+                           cpus=1, partition=FLOOR_PARTITION)
             t0 = time.perf_counter()
-            # the binder's read per release: one filtered GET jobs/state (24.11+), or each
-            # job's record where slurmrestd cannot filter (22.05: the job in flight)
-            await (env.slurm.job_states(ids) if d.state_query else env.slurm.job(jid))
-            reads.append(time.perf_counter() - t0)
-            await asyncio.sleep(FLOOR_READ_GAP_S)
-        t0 = time.perf_counter()
-        await env.slurm.cancel(jid, "KILL")
-        cancel.append(time.perf_counter() - t0)
-    await wait_ours_idle(env, set(ids))
-    sub, run = attribution.slurm_submits(ctld_log, at), attribution.slurm_running(ctld_log, at)
-    # also at the resolution of slurmgate's own figures (a histogram): like with like
-    return {"submit": lat(submit), "cancel": lat(cancel), "read": lat(reads),
-            "read_endpoint": "jobs/state" if d.state_query else "job/{id}",
-            "submit_binned": binned_lat(submit, LAT_BUCKETS),
-            "cancel_binned": binned_lat(cancel, LAT_BUCKETS),
-            "read_binned": binned_lat(reads, LAT_BUCKETS),
-            "submit_to_running": lat([run[j] - sub[j] for j in ids if j in sub and j in run])}
+            jid = await slurm.submit(spec)
+            self.submit.append(time.perf_counter() - t0)
+            self.ids.append(jid)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                j = await slurm.job(jid)
+                if j is not None and j.state == RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+            for _ in range(FLOOR_READS_PER_JOB):
+                t0 = time.perf_counter()
+                # the binder's read per release: one filtered GET jobs/state (24.11+), or
+                # each job's record where slurmrestd cannot filter (22.05: the job in flight)
+                await (slurm.job_states(self.ids) if d.state_query else slurm.job(jid))
+                self.reads.append(time.perf_counter() - t0)
+                await asyncio.sleep(FLOOR_READ_GAP_S)
+            t0 = time.perf_counter()
+            await slurm.cancel(jid, "KILL")
+            self.cancel.append(time.perf_counter() - t0)
+        await wait_ours_idle(self.env, set(self.ids[first:]))
+
+    async def result(self) -> dict[str, Any]:
+        d = await self.env.slurm.dialect()
+        sub = attribution.slurm_submits(self.ctld_log, self.at)
+        run = attribution.slurm_running(self.ctld_log, self.at)
+        # also at the resolution of slurmgate's own figures (a histogram): like with like
+        return {"submit": lat(self.submit), "cancel": lat(self.cancel), "read": lat(self.reads),
+                "read_endpoint": "jobs/state" if d.state_query else "job/{id}",
+                "submit_binned": binned_lat(self.submit, LAT_BUCKETS),
+                "cancel_binned": binned_lat(self.cancel, LAT_BUCKETS),
+                "read_binned": binned_lat(self.reads, LAT_BUCKETS),
+                "submit_to_running": lat([run[j] - sub[j] for j in self.ids
+                                          if j in sub and j in run])}
 
 
 async def reads_side_by_side(env: Env, ids: list[int], seconds: float) -> dict[str, Any]:

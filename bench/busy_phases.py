@@ -28,6 +28,8 @@ from bench.busy_cost import (
     rpcs_by_user,
 )
 from bench.busy_floor import (
+    FLOOR_PARTITION,
+    SlurmFloor,
     job_ended,
     reads_side_by_side,
     scrape,
@@ -40,7 +42,7 @@ from slurmgate import jsonpool
 from slurmgate.config import SlurmSettings
 from slurmgate.contract import A_PARTITION, COMMENT_PREFIX
 from slurmgate.kube import pod_path
-from slurmgate.slurm import SlurmClient
+from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
 from slurmgate.slurm.restmetrics import RestMetrics
 
 COMPONENTS = ("binder", "webhook")
@@ -141,11 +143,13 @@ async def end_noticed(env: Env, pods: dict[str, int], ns: str, limit: float = 30
     return out
 
 
-async def latency(env: Env, ns_name: str, pods: int, nodes: int) -> dict[str, Any]:
+async def latency(env: Env, ns_name: str, pods: int, nodes: int,
+                  floor: SlurmFloor | None = None) -> dict[str, Any]:
     """`pods` marked Pods in rounds of `nodes` (each gets a node): each created alone
     (admission), bound (create -> bound; Slurm RUNNING -> noticed -> bound by the logs), then
     half of each round's jobs ended by Slurm (seconds until the binder evicts the Pod) and the
-    rest deleted (the binder cancels their jobs)."""
+    rest deleted (the binder cancels their jobs). With a `floor`, as many direct jobs follow
+    each round (its submits and cancels beside slurmgate's, round by round)."""
     ns = await env.namespace(ns_name)
     ctld_log, binder_log = env.logs()
     ctld_at, binder_at = attribution.size_of(ctld_log), attribution.size_of(binder_log)
@@ -168,10 +172,17 @@ async def latency(env: Env, ns_name: str, pods: int, nodes: int) -> dict[str, An
             # at once queues its cancels behind each other: another figure, not slurmgate's)
             for name, job_id in bound.items():
                 if name not in half:
+                    at = attribution.size_of(binder_log)
                     await env.kube.request("DELETE", pod_path(ns, name),
                                            params={"gracePeriodSeconds": "0"})
+                    # the binder's word first, then Slurm's: the bench's own reads of the job
+                    # beside the cancel would hold slurmctld's job lock against it (the direct
+                    # floor's cancels meet no read of the bench either)
+                    await binder_said(binder_log, CANCELLED, ns, name, at)
                     await job_ended(env, job_id)
             await clear(env, ns, {c.job_id for c in made if c.job_id})
+            if floor is not None:
+                await floor.block(len(names))
     finally:
         await w.stop()
     att = attribution.attribute(
@@ -189,6 +200,22 @@ async def latency(env: Env, ns_name: str, pods: int, nodes: int) -> dict[str, An
                       ("noticed_to_bound", attribution.NOTICED_TO_BOUND)):
         out[key] = att.get(step, {})
     return out
+
+
+CANCELLED = "pod gone; job cancelled"  # the binder's line once its cancel was answered
+
+
+async def binder_said(binder_log: Path, msg: str, ns: str, pod: str, offset: int,
+                      limit: float = 30.0) -> bool:
+    """Until the binder's log has line `msg` about Pod ns/pod after `offset` (a file read
+    every 50 ms: nothing asked of Slurm or of the binder); False (said) after `limit` s."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if any(name == pod for name, _ in attribution.binder_lines(binder_log, msg, ns, offset)):
+            return True
+        await asyncio.sleep(0.05)
+    log(f"no {msg!r} line for {ns}/{pod} in {limit:.0f} s")
+    return False
 
 
 async def kube_floor(env: Env, ns_name: str, pods: int) -> dict[str, Any]:
@@ -232,6 +259,34 @@ async def pods_in_flight(env: Env, watched: Watched, ns_name: str, pods: int, no
             env, [c.job_id for c in made if c.job_id], side_by_side)
     await w.stop()
     await clear(env, ns, {c.job_id for c in made if c.job_id})
+    return out
+
+
+async def direct_in_flight(env: Env, watched: Watched, pods: int, nodes: int,
+                           seconds: float) -> dict[str, Any]:
+    """The floor of pods_in_flight: as many whole-node jobs submitted directly to slurmrestd
+    (not ours: the binder leaves them alone), as many running as there are nodes and the rest
+    pending behind them, then the same cost window. What Slurm spends scheduling and running
+    that many jobs is any client's (on a busy site its scheduler passes over our pending jobs
+    too); the Pods window less this one is slurmgate's own."""
+    ids = []
+    for i in range(pods):
+        ids.append(await env.slurm.submit(JobSpec(
+            name=f"bench-direct-{i}", comment="bench direct", memory_mb=1024, cpus=1,
+            partition=FLOOR_PARTITION)))
+    want, running = min(pods, nodes), 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        states = [await env.slurm.job(j) for j in ids]  # before the window: not counted
+        running = sum(1 for j in states if j is not None and j.state == RUNNING)
+        if running >= want:
+            break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(2.0)  # as pods_in_flight waits after its binds
+    out = await window(env, watched, seconds, running=True)
+    out["jobs"] = {"submitted": len(ids), "running": running}
+    await env.cancel_jobs(ids, 8)
+    await wait_ours_idle(env, set(ids))
     return out
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from bench import util
 from bench.busy_cost import Watched, rest_by_endpoint, site_cost
-from bench.busy_floor import READS_SIDE_BY_SIDE_S, slurm_floor
+from bench.busy_floor import READS_SIDE_BY_SIDE_S, SlurmFloor
 from bench.busy_load import ForeignLoad
 from bench.busy_phases import (
     delete_lease,
+    direct_in_flight,
     kube_floor,
     latency,
     pods_in_flight,
@@ -123,19 +124,23 @@ async def running_phases(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge,
         hook(lc, True)
         log(f"N={n}: latency, hook on")
         ma, ta = await scrape(env), time.monotonic()
-        seg["latency_hook"] = await latency(env, f"busy-{n}-hook", a.pods, a.nodes)
+        # the direct floor's jobs between its rounds: submits and cancels side by side
+        floor = SlurmFloor(env)
+        seg["latency_hook"] = await latency(env, f"busy-{n}-hook", a.pods, a.nodes, floor)
         mb = await scrape(env)
         # Pods made one at a time, as the direct floor's jobs are: slurmgate's submits and
         # cancels compared like with like
         seg["calls_one_by_one"] = {c: rest_by_endpoint(ma.get(c, []), mb.get(c, []), c,
                                                        time.monotonic() - ta)
                                    for c in ("binder", "webhook")}
-        log(f"N={n}: floors (kube-scheduler, Slurm)")
+        log(f"N={n}: floor (kube-scheduler)")
         seg["unmarked"] = await kube_floor(env, f"busy-{n}-unmarked", a.pods)
-        seg["floor"] = await slurm_floor(env, a.pods)
+        seg["floor"] = await floor.result()
         log(f"N={n}: {a.pods} Pods in flight, window")
         seg["pods"] = await pods_in_flight(env, ours, f"busy-{n}-inflight", a.pods, a.nodes,
                                            a.window, side_by_side=READS_SIDE_BY_SIDE_S)
+        log(f"N={n}: {a.pods} jobs in flight made directly (the Pods window's floor), window")
+        seg["direct"] = await direct_in_flight(env, ours, a.pods, a.nodes, a.window)
     finally:
         hook(lc, True)
         m1, dt = await scrape(env), time.monotonic() - t0
@@ -178,7 +183,10 @@ async def segment(env: Env, lc: local_mod.Local, b: bridge_mod.Bridge, load: For
         seg["load_errors"] = {"errors": load.counts.errors,
                               "samples": load.counts.error_samples}
     seg["cost"] = {k: site_cost(seg["stopped"]["cpu_pct"], seg[k]["cpu_pct"])
-                   for k in CALM if k in seg}
+                   for k in (*CALM, "direct") if k in seg}
+    if "pods" in seg and "direct" in seg:  # slurmgate's own, over what the jobs cost Slurm
+        seg["cost"]["pods_over_direct"] = site_cost(seg["direct"]["cpu_pct"],
+                                                    seg["pods"]["cpu_pct"])
 
 
 async def measure(a: argparse.Namespace, lc: local_mod.Local, b: bridge_mod.Bridge,

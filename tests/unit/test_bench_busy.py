@@ -540,3 +540,53 @@ def test_slurmctlds_time_on_our_rpcs_comes_from_its_per_user_statistics() -> Non
     assert busy_cost.rpc_delta(before, {}, "root", 30.0) is None  # sdiag failed
     # a restarted slurmctld counts from zero again: no figure rather than a negative one
     assert busy_cost.rpc_delta(after, before, "root", 30.0) is None
+
+
+def test_pods_in_flight_are_judged_over_the_same_jobs_made_directly() -> None:
+    """What Slurm spends scheduling and running 16 jobs is any client's; the in-flight target
+    holds slurmgate to what its Pods add over the same jobs made directly, by both measures."""
+    results = {"slurm_version": "22.05", "rest_api": "v0.0.38",
+               "by_n": [seg(0, 0.3, 0.004, [0.02, 0.03], 80.0),
+                        seg(50000, 3.0, 0.3, [0.02, 0.05], 120.0)]}
+    last = results["by_n"][1]
+    t = busy_report.targets(results)
+    assert t["added_cpu_pods_in_flight_pct"]["value"] == last["cost"]["pods"][
+        busy_cost.SITE_TOTAL]  # no direct window in this run: the Pods window alone
+    assert t["ctld_rpc_time_pods_in_flight_over_direct_pct"]["ok"] is None
+    last["pods"]["ctld_rpc"] = {"rpcs": 300, "seconds": 9.0, "pct": 30.0, "per_min": 600.0}
+    last["direct"] = {"ctld_rpc": {"rpcs": 60, "seconds": 7.8, "pct": 26.0, "per_min": 120.0}}
+    last["cost"]["direct"] = {busy_cost.SITE_TOTAL: 17.0}
+    last["cost"]["pods_over_direct"] = {busy_cost.SITE_TOTAL: 2.5}
+    t = busy_report.targets(results)
+    assert t["added_cpu_pods_in_flight_pct"] == {"value": 2.5, "limit": 5.0, "ok": True}
+    assert t["ctld_rpc_time_pods_in_flight_over_direct_pct"] == {
+        "value": 4.0, "limit": 5.0, "ok": True}
+    text = busy_report.release_table(results, 16)
+    assert "| 17; 26 (120) |" in text  # the direct window: CPU added; sdiag % (a minute)
+    assert "| 2.5; 4 |" in text  # slurmgate's own over it
+    assert all(x.count("|") == 4 for x in text.splitlines() if x.startswith("| "))
+
+
+async def test_the_bench_waits_for_the_binders_cancel_in_its_log(tmp_path: Path) -> None:
+    """The latency phase's cancels are left to meet slurmctld alone: the bench waits for the
+    binder's own line, written after an earlier one at the offset, before it reads Slurm."""
+    import asyncio
+
+    from bench import busy_phases
+    log_file = tmp_path / "binder.log"
+    old = {"msg": busy_phases.CANCELLED, "pod": "ns/p1", "job": 7}
+    log_file.write_text(json.dumps(old) + "\n")
+    offset = log_file.stat().st_size
+    assert not await busy_phases.binder_said(log_file, busy_phases.CANCELLED, "ns", "p1",
+                                             offset, limit=0.2)  # only before the offset
+
+    async def later() -> None:
+        await asyncio.sleep(0.1)
+        with log_file.open("a") as f:
+            f.write(json.dumps({"msg": busy_phases.CANCELLED, "pod": "other/p1"}) + "\n")
+            f.write("Traceback (most recent call last):\n")
+            f.write(json.dumps({**old, "job": 8}) + "\n")
+    writer = asyncio.create_task(later())
+    assert await busy_phases.binder_said(log_file, busy_phases.CANCELLED, "ns", "p1", offset,
+                                         limit=10)
+    await writer
