@@ -104,6 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"Slurm releases, one after the other (default all: "
                          f"{','.join(slurm_release.RELEASES)})")
     ap.add_argument("--pods", type=int, default=16, help="our marked Pods (default %(default)s)")
+    ap.add_argument("--latency-pods", type=int, default=32,
+                    help="marked Pods made one at a time with the hook on, as many direct jobs "
+                         "between their rounds: the samples of the submit, cancel and RUNNING "
+                         "-> bound p99s (default %(default)s)")
     ap.add_argument("--window", type=float, default=30.0,
                     help="seconds of each cost window (default %(default)s)")
     ap.add_argument("--nodes", type=int, default=4,
@@ -121,7 +125,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--churn: changes per second, 0 or more, not {a.churn}")
     if a.window <= 0:
         ap.error(f"--window: seconds above 0, not {a.window}")
-    for flag, v in (("--pods", a.pods), ("--nodes", a.nodes), ("--site-nodes", a.site_nodes),
+    for flag, v in (("--pods", a.pods), ("--latency-pods", a.latency_pods),
+                    ("--nodes", a.nodes), ("--site-nodes", a.site_nodes),
                     ("--concurrency", a.concurrency)):
         if v < 1:
             ap.error(f"{flag}: at least 1, not {v}")

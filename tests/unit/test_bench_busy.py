@@ -35,6 +35,7 @@ def test_defaults_three_sizes_every_release() -> None:
     assert a.background_jobs == [0, 10_000, 50_000]
     assert a.versions == EVERY
     assert (a.churn, a.pods, a.window, a.nodes, a.site_nodes) == (5.0, 16, 30.0, 4, 4)
+    assert a.latency_pods == 32  # the p99s of submits, cancels and binds: not 16 samples
     assert a.run_dir == Path("/tmp/slurmgate-busy")
 
 
@@ -49,6 +50,7 @@ def test_sizes_sorted_and_unique_versions_kept_in_order() -> None:
 @pytest.mark.parametrize("argv", [["--background-jobs", "-1"], ["--background-jobs", "x"],
                                   ["--background-jobs", ","], ["--churn", "-1"],
                                   ["--window", "0"], ["--pods", "0"], ["--site-nodes", "0"],
+                                  ["--latency-pods", "0"],
                                   ["--versions", "23.02"], ["--versions", ","]])
 def test_bad_arguments_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
