@@ -291,13 +291,11 @@ class JobTracker:
 
     async def _pending_every(self) -> float:
         """How seldom a pending job of ours may be read (jobpoll.pending_every)."""
-        if not self.hook.ok:
-            return 0.0
         try:
             d = await self.slurm.dialect()
         except Exception:  # unknown yet: the read below fails the same way
             return 0.0
-        return jobpoll.pending_every(True, d.state_query, self.by_claim.values())
+        return jobpoll.pending_every(self.hook.ok, d.state_query, self.by_claim.values())
 
     async def poll_once(self) -> float:
         """One look at our jobs (see binder/jobpoll.py); returns the delay before the next."""
