@@ -84,6 +84,13 @@ FLOOR_READ_GAP_S = 0.1
 READS_SIDE_BY_SIDE_S = 20.0
 
 
+def floor_job(name: str) -> JobSpec:
+    """A job made directly, sized as the bench's marked Pods' placeholders are (whole-node
+    and exclusive, as every submit of slurmgate's client is)."""
+    return JobSpec(name=name, comment="bench floor", memory_mb=1024, cpus=1,
+                   partition=FLOOR_PARTITION)
+
+
 class SlurmFloor:
     """The webhook's submit, the binder's state read and its cancel, made directly to
     slurmrestd: each job submitted alone, waited for until RUNNING, its state read (with the
@@ -107,10 +114,8 @@ class SlurmFloor:
         d = await self.env.slurm.dialect()
         slurm, first = self.env.slurm, len(self.ids)
         for i in range(first, first + n):
-            spec = JobSpec(name=f"bench-floor-{i}", comment="bench floor", memory_mb=1024,
-                           cpus=1, partition=FLOOR_PARTITION)
             t0 = time.perf_counter()
-            jid = await slurm.submit(spec)
+            jid = await slurm.submit(floor_job(f"bench-floor-{i}"))
             self.submit.append(time.perf_counter() - t0)
             self.ids.append(jid)
             deadline = time.monotonic() + 30

@@ -28,8 +28,8 @@ from bench.busy_cost import (
     rpcs_by_user,
 )
 from bench.busy_floor import (
-    FLOOR_PARTITION,
     SlurmFloor,
+    floor_job,
     job_ended,
     reads_side_by_side,
     scrape,
@@ -42,7 +42,7 @@ from slurmgate import jsonpool
 from slurmgate.config import SlurmSettings
 from slurmgate.contract import A_PARTITION, COMMENT_PREFIX
 from slurmgate.kube import pod_path
-from slurmgate.slurm import RUNNING, JobSpec, SlurmClient
+from slurmgate.slurm import RUNNING, SlurmClient
 from slurmgate.slurm.restmetrics import RestMetrics
 
 COMPONENTS = ("binder", "webhook")
@@ -271,9 +271,7 @@ async def direct_in_flight(env: Env, watched: Watched, pods: int, nodes: int,
     too); the Pods window less this one is slurmgate's own."""
     ids = []
     for i in range(pods):
-        ids.append(await env.slurm.submit(JobSpec(
-            name=f"bench-direct-{i}", comment="bench direct", memory_mb=1024, cpus=1,
-            partition=FLOOR_PARTITION)))
+        ids.append(await env.slurm.submit(floor_job(f"bench-direct-{i}")))
     want, running = min(pods, nodes), 0
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

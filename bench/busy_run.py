@@ -29,7 +29,8 @@ from bench.busy_phases import (
     whole_lists,
     window,
 )
-from bench.busy_report import CALM, release_table, targets
+from bench.busy_report import CALM, release_table
+from bench.busy_targets import targets
 from bench.harness import Env
 from bench.observers import ProcSampler
 from bench.report import code_fingerprint

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bench import busy, busy_cost, busy_load, busy_report, util
+from bench import busy, busy_cost, busy_load, busy_report, busy_targets, util
 from bench.stats import binned_lat, lat
 from cluster import slurm_release
 from cluster.slurm_accounting import TENANTS
@@ -335,7 +335,7 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     results = {"slurm_version": "26.05", "rest_api": "v0.0.45",
                "by_n": [seg(0, 0.3, 0.004, [0.02, 0.03], 80.0),
                         seg(2000, 3.0, 0.3, [0.02, 0.05], 120.0)]}
-    results["targets"] = busy_report.targets(results)
+    results["targets"] = busy_targets.targets(results)
     t = results["targets"]
     assert t["added_cpu_idle_pct"] == {"value": 5.0, "limit": 2.0, "ok": False}
     # the window's figure plus both whole lists amortized over their 300 s
@@ -362,14 +362,14 @@ def test_release_table_a_column_per_n_and_verdicts() -> None:
     assert read["ok"] is False and read["value"] == pytest.approx(
         busy_report.by_method(results["by_n"][1]["pods"]["rest"]["binder"]["jobs"], "GET")[
             "p99_ms"] / binned_lat([0.1] * 20, LAT_BUCKETS)["p99_ms"], 1e-3)
-    assert busy_report.targets({"by_n": [results["by_n"][0]]})[
+    assert busy_targets.targets({"by_n": [results["by_n"][0]]})[
         "state_read_p99_vs_direct"] == {"value": 1.0, "limit": 1.2, "ok": True}
     # measured side by side (the same seconds, the same ids): that pair is the verdict's,
     # not the floor's reads made at another moment
     side = {"endpoint": "jobs/state", "ours": binned_lat([0.012] * 30, LAT_BUCKETS),
             "direct": binned_lat([0.011] * 190, LAT_BUCKETS)}
     results["by_n"][1]["pods"]["reads_side_by_side"] = side
-    read = busy_report.targets(results)["state_read_p99_vs_direct"]
+    read = busy_targets.targets(results)["state_read_p99_vs_direct"]
     assert read["ok"] is True and read["value"] == pytest.approx(
         side["ours"]["p99_ms"] / side["direct"]["p99_ms"], 1e-3)
     assert "side by side" in busy_report.release_table(results, 8)
@@ -428,7 +428,7 @@ def test_report_reads_rows_without_methods() -> None:
         "requests": 1, "by": {"GET 200": 1}, "n": 1, "p99_ms": 30.0}}, "webhook": {}}}
     assert busy_report.worst_read(win) == ("binder jobs", 30.0)
     s = {"calls": {"binder": {"job/{id}": mixed}}, "floor": {"cancel": lat([0.01])}}
-    assert busy_report.targets({"by_n": [{**s, "pods": {}}]})["cancel_p99_vs_direct"][
+    assert busy_targets.targets({"by_n": [{**s, "pods": {}}]})["cancel_p99_vs_direct"][
         "ok"] is None
 
 
@@ -446,7 +446,7 @@ def test_table_of_a_run_that_stopped_early() -> None:
     text = busy_report.release_table({"slurm_version": "22.05", "by_n": [{"n": 0}],
                                       "error": "TimeoutError: x"}, 8)
     assert "|  | N = 0 |" in text and "**stopped early:** TimeoutError: x" in text
-    assert busy_report.targets({"by_n": [{"n": 0}]}) == {}
+    assert busy_targets.targets({"by_n": [{"n": 0}]}) == {}
 
 
 # ------------------------------------------------------------------------------ whole lists
@@ -551,7 +551,7 @@ def test_pods_in_flight_are_judged_over_the_same_jobs_made_directly() -> None:
                "by_n": [seg(0, 0.3, 0.004, [0.02, 0.03], 80.0),
                         seg(50000, 3.0, 0.3, [0.02, 0.05], 120.0)]}
     last = results["by_n"][1]
-    t = busy_report.targets(results)
+    t = busy_targets.targets(results)
     assert t["added_cpu_pods_in_flight_pct"]["value"] == last["cost"]["pods"][
         busy_cost.SITE_TOTAL]  # no direct window in this run: the Pods window alone
     assert t["ctld_rpc_time_pods_in_flight_over_direct_pct"]["ok"] is None
@@ -559,7 +559,7 @@ def test_pods_in_flight_are_judged_over_the_same_jobs_made_directly() -> None:
     last["direct"] = {"ctld_rpc": {"rpcs": 60, "seconds": 7.8, "pct": 26.0, "per_min": 120.0}}
     last["cost"]["direct"] = {busy_cost.SITE_TOTAL: 17.0}
     last["cost"]["pods_over_direct"] = {busy_cost.SITE_TOTAL: 2.5}
-    t = busy_report.targets(results)
+    t = busy_targets.targets(results)
     assert t["added_cpu_pods_in_flight_pct"] == {"value": 2.5, "limit": 5.0, "ok": True}
     assert t["ctld_rpc_time_pods_in_flight_over_direct_pct"] == {
         "value": 4.0, "limit": 5.0, "ok": True}
