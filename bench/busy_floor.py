@@ -93,8 +93,9 @@ def floor_job(name: str) -> JobSpec:
 
 class SlurmFloor:
     """The webhook's submit, the binder's state read and its cancel, made directly to
-    slurmrestd: each job submitted alone, waited for until RUNNING, its state read (with the
-    ids before it, as the binder asks for every id it watches), then cancelled (KILL).
+    slurmrestd: a block's jobs submitted back to back, then each waited for until RUNNING, its
+    state read (with the ids before it, as the binder asks for every id it watches), then
+    cancelled (KILL).
 
     Run in blocks (`block`) between the rounds of marked Pods, so that the direct calls and
     slurmgate's meet the same moments of a busy slurmctld: their p99s are then compared side
@@ -110,7 +111,10 @@ class SlurmFloor:
         self.at = attribution.size_of(self.ctld_log)
 
     async def block(self, n: int) -> None:
-        """`n` jobs one after another, then until they are gone and our nodes idle."""
+        """`n` jobs submitted back to back, as a latency round admits its Pods (each submit
+        then meets the previous jobs' starts, as the webhook's do); then each in turn: until
+        RUNNING, its state read, cancelled, and gone before the next one's cancel (as the
+        round deletes its Pods); then until our nodes are idle."""
         d = await self.env.slurm.dialect()
         slurm, first = self.env.slurm, len(self.ids)
         for i in range(first, first + n):
@@ -118,6 +122,7 @@ class SlurmFloor:
             jid = await slurm.submit(floor_job(f"bench-floor-{i}"))
             self.submit.append(time.perf_counter() - t0)
             self.ids.append(jid)
+        for jid in self.ids[first:]:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 j = await slurm.job(jid)
@@ -134,6 +139,7 @@ class SlurmFloor:
             t0 = time.perf_counter()
             await slurm.cancel(jid, "KILL")
             self.cancel.append(time.perf_counter() - t0)
+            await job_ended(self.env, jid)
         await wait_ours_idle(self.env, set(self.ids[first:]))
 
     async def result(self) -> dict[str, Any]:
