@@ -204,6 +204,42 @@ def environ(pid: int) -> dict[str, str]:
     return env
 
 
+def unix_socket_holders(prefix: str, net_unix: Path = Path("/proc/net/unix"),
+                        proc_root: Path = Path("/proc")) -> set[int]:
+    """PIDs holding a unix socket bound at a path under `prefix`. Finds slurmstepd by what
+    they listen on (`<spool>/<node>_<job>.<step>`) where their environment cannot: 26.05's
+    stepd rewrites its environ, and reparented to init it has no daemon above it."""
+    prefix = prefix.rstrip("/") + "/"
+    inodes: set[str] = set()
+    try:
+        lines = net_unix.read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    for line in lines:
+        f = line.split()
+        # Num RefCount Protocol Flags Type St Inode [Path]
+        if len(f) >= 8 and f[7].startswith(prefix):
+            inodes.add(f"socket:[{f[6]}]")
+    if not inodes:
+        return set()
+    out: set[int] = set()
+    for d in proc_root.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fds = list((d / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) in inodes:
+                    out.add(int(d.name))
+                    break
+            except OSError:
+                continue
+    return out
+
+
 def descendants(roots: Iterable[int], procs: dict[int, int]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, ppid in procs.items():

@@ -73,9 +73,10 @@ def _pids_from_pid_files(run_dir: Path) -> dict[str, int]:
 def _job_processes(run_dir: Path, cluster_name: str, daemon_pids: set[int]) -> set[int]:
     """Processes of this cluster that are not its recorded daemons: slurmstepd (they carry our
     marker, inherited from slurmd, and are re-parented to init), job processes (Slurm puts
-    SLURM_JOB_ID, SLURM_CONF and SLURM_CLUSTER_NAME into every job's environment) and all their
-    descendants. Children of the daemons themselves (slurmscriptd) are left to the daemons
-    while they live."""
+    SLURM_JOB_ID, SLURM_CONF and SLURM_CLUSTER_NAME into every job's environment), whatever
+    listens on a unix socket under run_dir (a slurmstepd whose environ was rewritten, as
+    26.05's is), and all their descendants. Children of the daemons themselves (slurmscriptd)
+    are left to the daemons while they live."""
     conf = str(run_dir / "slurm.conf")
     procs = proc.all_procs()
     me = os.getpid()
@@ -91,6 +92,9 @@ def _job_processes(run_dir: Path, cluster_name: str, daemon_pids: set[int]) -> s
             and (env.get("SLURM_CONF") == conf or env.get("SLURM_CLUSTER_NAME") == cluster_name)
         ):
             roots.add(pid)
+    roots |= {p for p in proc.unix_socket_holders(str(run_dir))
+              if p in procs and p != me and p not in daemon_pids
+              and procs[p] not in daemon_pids}
     found = roots | proc.descendants(roots, procs)
     found.discard(me)
     return found - daemon_pids
