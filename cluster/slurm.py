@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cluster import proc, slurm_accounting, slurm_release, unix_users
+from cluster import proc, slurm_accounting, slurm_cgroups, slurm_release, unix_users
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
 from cluster.slurm_conf import (
@@ -71,6 +71,8 @@ def start(
     features: dict[str, str] | None = None,
     slurmd_nice: int = 0,
     site: SiteLayout | None = None,
+    enforce: bool = False,
+    node_prefix: str = "n",
 ) -> SlurmCluster:
     """Start munged, MariaDB and slurmdbd (unless accounting is off), slurmctld, n_nodes slurmd
     and slurmrestd; return when all are ready.
@@ -81,6 +83,9 @@ def start(
     `slurmd_nice`: every slurmd, and so every job it starts, runs at this nice(1) level.
     `site`: other users' slurmd and partition beside ours, and job limits (a busy-site bench;
     SiteLayout, None: none). Their slurmd start and stop with the rest; no Node stands for them.
+    `enforce`: slurmd holds each job to its cores and GPUs (cgroups; `cpus` at most the host's,
+    cluster/slurm_cgroups.py). Its cgroups are named by node (`slurm_<node>`): enforcing
+    clusters that run on one host at once need node names of their own (`node_prefix`).
 
     Ports: slurmctld base+17, slurmd nX base+100+X (the site's after them), slurmrestd
     base+20, slurmdbd base+21, MariaDB base+22.
@@ -93,7 +98,13 @@ def start(
         stop(run_dir)  # a previous cluster in the same dir: never leave two running
     site = site or SiteLayout()
     _check_ports_free(base_port, n_nodes + len(site.other_nodes), accounting)
-    c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port)
+    if enforce:
+        cpus = slurm_cgroups.cpus_for_enforcement(cpus)
+    c = _new_cluster(run_dir, rel.version, root, n_nodes, cpus, memory_mb, base_port,
+                     node_prefix)
+    c.enforce = enforce
+    if enforce:
+        slurm_cgroups.check_free([*c.nodes, *site.other_nodes])
     c.site_nodes, c.site_partition = list(site.other_nodes), site.other_partition
     gpus = GpuLayout.last(c.nodes, gpu_nodes, gpus_per_node, gpu_type)
     c.gpu_nodes, c.gpus_per_node, c.gpu_type = list(gpus.nodes), gpus.per_node, gpus.type
@@ -108,7 +119,7 @@ def start(
     # process is killed halfway.
     try:
         c.save()
-        slurm_release.enter(root, run_dir)
+        slurm_release.enter(root, run_dir, cgroups=enforce)
         _write_cli_wrappers(c)
         _start_munged(c)
         c.save()
@@ -155,11 +166,11 @@ def _check_ports_free(base_port: int, n_nodes: int, accounting: bool) -> None:
 
 
 def _new_cluster(run_dir: Path, version: str, root: str, n_nodes: int, cpus: int,
-                 memory_mb: int, base_port: int) -> SlurmCluster:
+                 memory_mb: int, base_port: int, node_prefix: str = "n") -> SlurmCluster:
     conf = run_dir / "slurm.conf"
     return SlurmCluster(
         run_dir=run_dir, conf=conf, rest_url=f"http://127.0.0.1:{base_port + 20}",
-        token_file=run_dir / "token", nodes=[f"n{i}" for i in range(1, n_nodes + 1)],
+        token_file=run_dir / "token", nodes=[f"{node_prefix}{i}" for i in range(1, n_nodes + 1)],
         node_cpus=cpus, node_memory_mb=memory_mb, env={"SLURM_CONF": str(conf)},
         cluster_name=f"sg{base_port}", version=version, root=root,
     )
@@ -245,19 +256,24 @@ def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
     gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
     c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
                                       base_port, _munge_socket(c), c.cluster_name, grace_time,
-                                      acct, gpus, c.features, site))
+                                      acct, gpus, c.features, site, c.enforce))
     c.conf.chmod(0o644)
     dev_dir = c.run_dir / "gpu-dev"
     dev_dir.mkdir(exist_ok=True)
-    for f in gpu_files(dev_dir, gpus):
-        f.unlink(missing_ok=True)
-        f.symlink_to("/dev/null")
+    if c.enforce:
+        slurm_cgroups.make_stand_in_gpus(gpu_files(dev_dir, gpus))
+    else:
+        for f in gpu_files(dev_dir, gpus):
+            f.unlink(missing_ok=True)
+            f.symlink_to("/dev/null")
     (c.run_dir / "gres.conf").write_text(gres_conf_text(gpus, dev_dir))
     (c.run_dir / "gres.conf").chmod(0o644)
     hook_dir = c.run_dir / "hook"
     (hook_dir / "slurmgate").mkdir(parents=True, exist_ok=True)
     shutil.copy2(HOOK, hook_dir / "slurmgate-notify")  # inside the run dir: a root sees it
-    if rel.cgroup_conf:
+    if c.enforce:
+        (c.run_dir / "cgroup.conf").write_text(slurm_cgroups.CGROUP_CONF)
+    elif rel.cgroup_conf:
         (c.run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
     else:  # one left by a newer release in the same run dir: 22.05 refuses its plugin name
         (c.run_dir / "cgroup.conf").unlink(missing_ok=True)
@@ -359,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-type", default="a100", help='gres type; "" for untyped GPUs')
     ap.add_argument("--no-accounting", action="store_true",
                     help="no slurmdbd/MariaDB (AccountingStorageType=accounting_storage/none)")
+    ap.add_argument("--enforce", action="store_true",
+                    help="slurmd holds jobs to their cores and GPUs (cgroups; --cpus at most "
+                         "the host's)")
     a = ap.parse_args(argv)
     if a.action == "down":
         stop(a.dir)
@@ -372,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         c = start(a.dir, a.nodes, a.cpus, a.memory_mb, a.base_port, grace_time=a.grace_time,
                   version=a.version, accounting=not a.no_accounting, gpu_nodes=a.gpu_nodes,
-                  gpus_per_node=a.gpus_per_node, gpu_type=a.gpu_type)
+                  gpus_per_node=a.gpus_per_node, gpu_type=a.gpu_type, enforce=a.enforce)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

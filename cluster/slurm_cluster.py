@@ -54,6 +54,8 @@ class SlurmCluster:
     # the others, but no Kubernetes Node stands for them (cluster/slurm_conf.SiteLayout)
     site_nodes: list[str] = field(default_factory=list)
     site_partition: str = ""
+    # slurmd holds every job to its cores and GPUs (cgroups: cluster/slurm_cgroups.py)
+    enforce: bool = False
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
         """argv and env that run one of this cluster's Slurm commands (squeue, sbatch, ...)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.slurm_cgroups import ENFORCING, NOT_ENFORCING
 from slurmgate.hostlist import compress
 
 # seconds between the SIGTERM of a job's end (cancel, time limit) and Slurm's SIGKILL, after
@@ -97,11 +98,14 @@ def slurm_conf_text(
     gpus: GpuLayout | None = None,
     features: dict[str, str] | None = None,
     site: SiteLayout | None = None,
+    enforce: bool = False,
 ) -> str:
     """`accounting`: slurm.conf lines for slurmdbd (cluster/slurm_accounting.py); empty for a
     cluster without accounting. `gpus`: which nodes have GPUs (see gres_conf_text).
     `features`: Features= by node (a Pod asks for one with slurmgate.io/constraint).
-    `site`: other users' nodes and partition, and the job limits (SiteLayout; None: none)."""
+    `site`: other users' nodes and partition, and the job limits (SiteLayout; None: none).
+    `enforce`: slurmd's cgroups hold each job to its cores and GPUs, and each node names its
+    cores as the host lays them out (one socket, a thread per core: cluster/slurm_cgroups.py)."""
     d = run_dir
     acct = (accounting or "AccountingStorageType=accounting_storage/none").rstrip()
     gpus = gpus or GpuLayout()
@@ -110,6 +114,7 @@ def slurm_conf_text(
     node_lines = "\n".join(
         f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={base_port + 100 + i} "
         f"CPUs={cpus} RealMemory={memory_mb}"
+        + (f" Sockets=1 CoresPerSocket={cpus} ThreadsPerCore=1" if enforce else "")
         + (f" Gres={gpus.gres}" if n in gpus.nodes else "")
         + (f" Features={features[n]}" if features and n in features else "") + " State=UNKNOWN"
         for i, n in enumerate([*nodes, *site.other_nodes], start=1)
@@ -133,8 +138,7 @@ SlurmctldPidFile={d}/run/ctld.pid
 SlurmdPidFile={d}/run/d-%n.pid
 SlurmctldLogFile={d}/log/ctld.log
 SlurmdLogFile={d}/log/d-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+{ENFORCING if enforce else NOT_ENFORCING}
 MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory

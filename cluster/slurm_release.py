@@ -104,8 +104,10 @@ def _mount(args: list[str]) -> None:
         raise ClusterError(f"mount {' '.join(args)}: {p.stderr.strip()}")
 
 
-def enter(root: str, run_dir: Path) -> None:
-    """Make the root usable by this cluster: /proc, /sys, /dev, and run_dir at its own path.
+def enter(root: str, run_dir: Path, cgroups: bool = False) -> None:
+    """Make the root usable by this cluster: /proc, /sys, /dev, and run_dir at its own path;
+    with `cgroups`, the host's cgroup mounts too (the root's fresh sysfs has none, and an
+    enforcing slurmd needs them: cluster/slurm_cgroups.py).
 
     Idempotent; /proc, /sys and /dev are shared by every cluster on the root."""
     if not root:
@@ -116,6 +118,9 @@ def enter(root: str, run_dir: Path) -> None:
         target = os.path.join(root, src.lstrip("/"))
         if target not in mounted:
             _mount(["--bind", src, target] if fs == "bind" else ["-t", fs, fs, target])
+    cg = os.path.join(root, "sys/fs/cgroup")
+    if cgroups and cg not in mounted:
+        _mount(["--rbind", "/sys/fs/cgroup", cg])
     inner = os.path.join(root, str(run_dir).lstrip("/"))
     if inner in mounted:  # left by a cluster that was not stopped (e.g. a killed test run)
         subprocess.run(["umount", "-l", inner], check=False, capture_output=True)

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from cluster import proc, slurm_release
+from cluster import proc, slurm_cgroups, slurm_release
 from cluster.slurm_cluster import MARKER_ENV, load, ours
 
 
@@ -23,9 +23,11 @@ def stop(run_dir: Path) -> None:
     run_dir = Path(run_dir).resolve()
     pids: dict[str, int] = {}
     cluster_name, root = "", ""
+    cgroup_nodes: list[str] = []
     try:
         c = load(run_dir)
         pids, cluster_name, root = dict(c.pids), c.cluster_name, c.root
+        cgroup_nodes = [*c.nodes, *c.site_nodes] if c.enforce else []
     except (OSError, ValueError, TypeError, KeyError):
         pass
     for name, pid in _pids_from_pid_files(run_dir).items():
@@ -49,6 +51,7 @@ def stop(run_dir: Path) -> None:
     for k in list(pids):
         if ours(run_dir, pids[k]):
             print(f"warning: {k} (pid {pids[k]}) still alive", file=sys.stderr)
+    slurm_cgroups.leftovers(cgroup_nodes)
     slurm_release.leave(root, run_dir)
 
 
