@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import shutil
 import stat
 import subprocess
@@ -33,23 +32,14 @@ from typing import Any
 from cluster import proc, slurm_accounting, slurm_cgroups, slurm_release, unix_users
 from cluster.proc import ClusterError
 from cluster.slurm_cluster import RECORD_FILE, SlurmCluster, load
-from cluster.slurm_conf import (
-    GpuLayout,
-    SiteLayout,
-    gpu_files,
-    gres_conf_text,
-    slurm_conf_text,
-)
+from cluster.slurm_conf import GpuLayout, SiteLayout
+from cluster.slurm_files import CLI_TOOLS, munge_socket, write_cli_wrappers, write_config
 from cluster.slurm_stop import stop
 
 __all__ = ["ClusterError", "SiteLayout", "SlurmCluster", "load", "start", "stop", "throwaway"]
 
 REST_USER = "slurmrest"
-HOOK = Path(__file__).resolve().parent.parent / "slurmgate" / "hooks" / "slurmgate-notify"
 DEFAULT_DIR = Path("/tmp/slurmgate-slurm")
-# The Slurm commands a user of the local cluster types; each gets a wrapper in run_dir/bin.
-CLI_TOOLS = ("squeue", "sinfo", "scontrol", "sbatch", "scancel", "srun", "sacct", "sacctmgr",
-             "sprio", "sshare")
 
 
 def start(
@@ -120,12 +110,12 @@ def start(
     try:
         c.save()
         slurm_release.enter(root, run_dir, cgroups=enforce)
-        _write_cli_wrappers(c)
+        write_cli_wrappers(c)
         _start_munged(c)
         c.save()
-        _write_config(c, rel, base_port, grace_time, accounting, site)
+        write_config(c, rel, base_port, grace_time, accounting, site)
         if accounting:
-            slurm_accounting.start(c, base_port, _munge_socket(c), timeout)
+            slurm_accounting.start(c, base_port, munge_socket(c), timeout)
             c.save()
             slurm_accounting.register(c)
             slurm_accounting.seed(c)
@@ -202,28 +192,9 @@ def _check_traversable(path: Path) -> None:
             )
 
 
-def _write_cli_wrappers(c: SlurmCluster) -> None:
-    """run_dir/bin/squeue etc. run this cluster's own Slurm CLI (the root's, on 24.11+), so a
-    shell that sources env.sh types `squeue` and talks to the right slurmctld."""
-    for tool in CLI_TOOLS:
-        argv, _ = c.command(tool)
-        if c.root:
-            prefix = shlex.join(argv)
-            body = f'#!/bin/sh\nexec {prefix} "$@"\n'
-        else:
-            body = f'#!/bin/sh\nSLURM_CONF={c.conf} exec /usr/bin/{tool} "$@"\n'
-        w = c.run_dir / "bin" / tool
-        w.write_text(body)
-        w.chmod(0o755)
-
-
-def _munge_socket(c: SlurmCluster) -> Path:
-    return c.run_dir / "munge" / "munge.sock"
-
-
 def _start_munged(c: SlurmCluster) -> None:
     mdir = c.run_dir / "munge"
-    msock, mkey, mpid = _munge_socket(c), mdir / "munge.key", mdir / "munged.pid"
+    msock, mkey, mpid = munge_socket(c), mdir / "munge.key", mdir / "munged.pid"
     if not mkey.exists():
         proc.write_private(mkey, os.urandom(1024), 0o400)
     mlog = c.run_dir / "log" / "munged.log"
@@ -245,38 +216,6 @@ def _start_munged(c: SlurmCluster) -> None:
 
     proc.wait_until("munged", munge_ok, 15, [c.run_dir / "log" / "munged.out", mlog],
                     pid_alive=lambda: p.poll() is None)
-
-
-def _write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
-                  grace_time: int, accounting: bool, site: SiteLayout | None = None) -> None:
-    """jwt.key, slurm.conf, gres.conf and the release's cgroup.conf, read by slurmctld and
-    slurmd."""
-    proc.write_private(c.run_dir / "jwt.key", os.urandom(32), 0o600)
-    acct = slurm_accounting.conf_lines(base_port, _munge_socket(c)) if accounting else ""
-    gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
-    c.conf.write_text(slurm_conf_text(c.run_dir, c.nodes, c.node_cpus, c.node_memory_mb,
-                                      base_port, _munge_socket(c), c.cluster_name, grace_time,
-                                      acct, gpus, c.features, site, c.enforce))
-    c.conf.chmod(0o644)
-    dev_dir = c.run_dir / "gpu-dev"
-    dev_dir.mkdir(exist_ok=True)
-    if c.enforce:
-        slurm_cgroups.make_stand_in_gpus(gpu_files(dev_dir, gpus))
-    else:
-        for f in gpu_files(dev_dir, gpus):
-            f.unlink(missing_ok=True)
-            f.symlink_to("/dev/null")
-    (c.run_dir / "gres.conf").write_text(gres_conf_text(gpus, dev_dir))
-    (c.run_dir / "gres.conf").chmod(0o644)
-    hook_dir = c.run_dir / "hook"
-    (hook_dir / "slurmgate").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(HOOK, hook_dir / "slurmgate-notify")  # inside the run dir: a root sees it
-    if c.enforce:
-        (c.run_dir / "cgroup.conf").write_text(slurm_cgroups.CGROUP_CONF)
-    elif rel.cgroup_conf:
-        (c.run_dir / "cgroup.conf").write_text(rel.cgroup_conf)
-    else:  # one left by a newer release in the same run dir: 22.05 refuses its plugin name
-        (c.run_dir / "cgroup.conf").unlink(missing_ok=True)
 
 
 def _start_slurmctld(c: SlurmCluster, timeout: float) -> None:
