@@ -8,23 +8,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 from cluster import local, proc
+from tests.unit.processes import gone
 
 
 def _sleep(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
 
-
-def _gone(p: subprocess.Popen[bytes], within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while p.poll() is None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_down_stops_the_bridges_processes_and_nothing_else(tmp_path: Path) -> None:
@@ -37,7 +29,7 @@ def test_down_stops_the_bridges_processes_and_nothing_else(tmp_path: Path) -> No
         (tmp_path / local.BRIDGE_STATE).write_text(json.dumps({"kubeconfig": kc, "pids": pids}))
         assert local.bridge_pids(tmp_path) == {n: p.pid for n, p in ours.items()}
         local.down(tmp_path)
-        assert all(_gone(p) for p in ours.values())
+        assert all(gone(p) for p in ours.values())
         assert stranger.poll() is None and proc.alive(stranger.pid)
     finally:
         for p in (*ours.values(), stranger):

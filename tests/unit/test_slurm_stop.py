@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from cluster import proc, slurm_stop
+from tests.unit.processes import gone
 
 LISTEN = ("import socket, sys, time\n"
           "s = socket.socket(socket.AF_UNIX)\n"
@@ -28,14 +28,6 @@ def _listener(path: Path) -> subprocess.Popen[str]:
     assert p.stdout is not None and p.stdout.readline().strip() == "up"
     return p
 
-
-def _gone(p: subprocess.Popen[str], within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while p.poll() is None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_holders_of_sockets_under_a_prefix(tmp_path: Path) -> None:
@@ -56,7 +48,7 @@ def test_stop_kills_a_stepd_found_only_by_its_socket(tmp_path: Path) -> None:
     stranger = _listener(tmp_path / "elsewhere" / "n1_38.0")
     try:
         slurm_stop.stop(run)
-        assert _gone(stepd)
+        assert gone(stepd)
         assert stranger.poll() is None and proc.alive(stranger.pid)
     finally:
         for p in (stepd, stranger):
