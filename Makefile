@@ -72,7 +72,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 typecheck: venv
-	$(VENV)/bin/mypy slurmgate webhook binder certs cluster bench
+	$(VENV)/bin/mypy slurmgate webhook binder certs pinning cluster bench
 
 # UNIT=0 leaves tests/unit out of `make test`: .ci/run runs them first, alone (make test-unit),
 # so that a failure shows within a minute, and not a second time here.

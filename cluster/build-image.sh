@@ -104,7 +104,7 @@ inputs() {
   cd "$repo"
   echo "$ref $base_id"
   sha256sum Containerfile .dockerignore pyproject.toml cluster/build-image.sh
-  local src=(slurmgate webhook binder certs)
+  local src=(slurmgate webhook binder certs pinning)
   local skip=(\( -name __pycache__ -o -name '*.egg-info' \) -prune)
   find "${src[@]}" "${skip[@]}" -o -type l -printf '%p -> %l\n' | sort
   find "${src[@]}" "${skip[@]}" -o -type f ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum

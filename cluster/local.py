@@ -179,7 +179,7 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
        gpus_per_node: int = 4, gpu_type: str = "a100",
        real_nodes: int | Sequence[realnode.NodeSpec] = 0,
        features: dict[str, str] | None = None,
-       site: slurm.SiteLayout | None = None) -> Local:
+       site: slurm.SiteLayout | None = None, enforce: bool = False) -> Local:
     """Start Slurm (release: `slurm_version`, else $SLURM_VERSION, else the newest) and the
     Kubernetes control plane, one kwok Node per Slurm node. The last `gpu_nodes` (at most
     half) have `gpus_per_node` GPUs of `gpu_type` in Slurm (gres) and on their Node
@@ -192,7 +192,10 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
     apiserver also listen on the Node IP, for Pods on the Nodes' bridges.
     features: Slurm Features= by node (e.g. {"n2": "real"}, asked for with a constraint).
     site: other users' slurmd and partition, and job limits (cluster.slurm_conf.SiteLayout):
-    Slurm only, no Node stands for them."""
+    Slurm only, no Node stands for them.
+    enforce: slurmd holds every job to its cores and GPUs (cluster/slurm_cgroups.py; node_cpus
+    at most the host's), and each real Node standing for a Slurm node runs slurmgate-runc, so
+    its marked Pods' containers start on their jobs' cores (pinning/)."""
     down(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -207,11 +210,11 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
                         version=slurm_version, gpu_nodes=gpu_nodes,
                         gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                         rest_listen_ips=(node_ip,) if node_ip else (), features=features,
-                        slurmd_nice=_slurmd_nice(), site=site)
+                        slurmd_nice=_slurmd_nice(), site=site, enforce=enforce)
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
         # the real Nodes register themselves before the slurmd Pods are placed on them
-        real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET)
-                if specs else [])
+        real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET,
+                               pinning=enforce) if specs else [])
         _register_nodes(k, s, real_slurm_nodes(real))
     except BaseException:
         down(run_dir)

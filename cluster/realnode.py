@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 from cluster import kube, oci, proc
 from cluster import realnode_conf as conf
 from cluster import realnode_host as host
+from slurmgate import contract
 
 HERE = Path(__file__).resolve().parent
 STATE = "realnodes.json"
@@ -183,12 +185,20 @@ def import_image(node: RealNode | str, archive: Path, timeout: float = 300.0) ->
         raise RuntimeError(f"ctr import {archive} into {sock}: {p.stderr.strip()}")
 
 
-def _prepare(n: RealNode, kc: kube.KubeCluster) -> None:
+def _prepare(n: RealNode, kc: kube.KubeCluster, pinning: bool = False) -> None:
     d = Path(n.dir)
     for sub in ("containerd", "cni/conf", "cni/ipam", "kubelet", "pki", "pod-logs"):
         (d / sub).mkdir(parents=True, exist_ok=True)
+    launcher = None
+    slurm_node = n.labels.get(contract.NODE_LABEL)
+    if pinning and slurm_node:
+        launcher = d / "slurmgate-runc"
+        runc = shutil.which("runc") or "/usr/sbin/runc"
+        launcher.write_text(conf.runc_launcher(sys.executable, runc, [slurm_node]))
+        launcher.chmod(0o755)
     (d / "containerd" / "config.toml").write_text(conf.containerd_toml(
-        d / "containerd", Path(n.containerd_socket), oci.PAUSE_IMAGE, d / "cni" / "conf"))
+        d / "containerd", Path(n.containerd_socket), oci.PAUSE_IMAGE, d / "cni" / "conf",
+        launcher))
     (d / "cni" / "conf" / "10-slurmgate.conflist").write_text(
         conf.cni_conflist(_network(n), n.bridge, n.pod_cidr, d / "cni" / "ipam"))
     kube_pki = Path(kc.ca_file).parent
@@ -228,11 +238,14 @@ def node_ready(kc: kube.KubeCluster, name: str) -> bool:
 
 
 def start(run_dir: Path, kc: kube.KubeCluster, specs: list[NodeSpec], port_offset: int = 0,
-          node_ip: str | None = None, timeout: float = 90.0) -> list[RealNode]:
+          node_ip: str | None = None, timeout: float = 90.0,
+          pinning: bool = False) -> list[RealNode]:
     """Start one containerd + kubelet per spec, registered with the spec's labels and taints,
     the pause image imported; return once every Node is Ready. kc must have been started
     with node_ip (kube-apiserver then reaches the kubelets and the Pods reach it).
-    Ports: 16500 + port_offset + 2*i (kubelet), +1 (its healthz, loopback)."""
+    Ports: 16500 + port_offset + 2*i (kubelet), +1 (its healthz, loopback).
+    `pinning`: a Node that stands for a Slurm node runs slurmgate-runc in runc's place (its
+    marked Pods' containers on their jobs' cores; needs an enforcing Slurm)."""
     if not kc.node_ip:
         raise ValueError("real Nodes need kube.start(..., node_ip=...)")
     node_ip = node_ip or kc.node_ip
@@ -253,7 +266,7 @@ def start(run_dir: Path, kc: kube.KubeCluster, specs: list[NodeSpec], port_offse
     log = run_dir / "log"
     try:
         for n in nodes:
-            _prepare(n, kc)
+            _prepare(n, kc, pinning)
             env = {**os.environ, MARK: n.dir}
             n.pids["containerd"] = proc.spawn(log, f"{n.name}-containerd", [
                 "containerd", f"--config={Path(n.dir) / 'containerd' / 'config.toml'}"],

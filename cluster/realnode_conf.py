@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from slurmgate import contract
 from slurmgate.certs import pki
 
 CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 
-def containerd_toml(d: Path, socket: Path, sandbox_image: str, cni_conf_dir: Path) -> str:
+def containerd_toml(d: Path, socket: Path, sandbox_image: str, cni_conf_dir: Path,
+                    runc: Path | None = None) -> str:
+    """`runc`: slurmgate-runc's launcher for this Node (runc_launcher), run in runc's place,
+    with the Pods' slurmgate.io/* annotations in each container's spec; None: runc itself."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
+    pinning = (f'  pod_annotations = ["{contract.DOMAIN}/*"]\n' if runc else "")
+    binary = f'  BinaryName = "{runc}"\n' if runc else ""
     return f"""version = 2
 root = "{d / 'root'}"
 state = "{d / 'state'}"
@@ -42,16 +48,31 @@ state = "{d / 'state'}"
 
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
-
+{pinning}
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
   # runc's state under ours too, not in the shared /run/containerd/runc
   Root = "{d / 'runc'}"
-
+{binary}
 [{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{cni_conf_dir}"
   max_conf_num = 1
+"""
+
+
+def runc_launcher(python: str, runc: str, slurm_nodes: list[str]) -> str:
+    """The executable containerd runs as runc (BinaryName takes no arguments): `create` goes
+    through slurmgate-runc (python -m slurmgate.pinning), every other call straight to runc,
+    so a container's state, kill and delete calls pay no Python start."""
+    nodes = ",".join(slurm_nodes)
+    return f"""#!/bin/sh
+# slurmgate-runc for this Node: containers of marked Pods start on their Slurm job's cores
+case " $* " in
+  *" create "*)
+    SLURMGATE_RUNC={runc} SLURMGATE_SLURM_NODES={nodes} exec {python} -m slurmgate.pinning "$@" ;;
+esac
+exec {runc} "$@"
 """
 
 

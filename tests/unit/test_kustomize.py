@@ -753,7 +753,7 @@ def test_containerfile_installs_the_package_with_its_mapped_processes() -> None:
     copied = {a.split()[0].rstrip("/") for i, a in builder if i == "COPY"}
     mapped = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-dir"].values())
-    assert mapped == {"webhook", "binder", "certs"}
+    assert mapped == {"webhook", "binder", "certs", "pinning"}
     assert {"pyproject.toml", "slurmgate", *mapped} <= copied
     runs = " ".join(a for i, a in builder if i == "RUN")
     assert "pip install ." in runs and "-e " not in runs and "--editable" not in runs

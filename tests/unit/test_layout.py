@@ -18,7 +18,7 @@ from pathlib import Path
 import grimp  # comes with import-linter (the dev extra)
 
 ROOT = Path(__file__).resolve().parents[2]
-PROCESSES = ("webhook", "binder", "certs")
+PROCESSES = ("webhook", "binder", "certs", "pinning")
 PRODUCT = ("slurmgate", *PROCESSES)
 BARE = re.compile(rf"^\s*(from|import)\s+({'|'.join(PROCESSES)})(\.|\s|$)", re.M)
 SOURCES = ("slurmgate", "cluster", "bench", "tests", *PROCESSES)
@@ -75,10 +75,12 @@ def test_no_symlink_in_the_tree() -> None:
 def test_the_installed_names_are_the_folders() -> None:
     import slurmgate.binder.controller
     import slurmgate.certs.pki
+    import slurmgate.pinning.spec
     import slurmgate.webhook.admission
     for module, folder in ((slurmgate.binder.controller, "binder"),
                            (slurmgate.webhook.admission, "webhook"),
-                           (slurmgate.certs.pki, "certs")):
+                           (slurmgate.certs.pki, "certs"),
+                           (slurmgate.pinning.spec, "pinning")):
         assert Path(module.__file__ or "").parent == ROOT / folder
 
 
