@@ -80,6 +80,25 @@ def slurm_submits(ctld_log: Path, offset: int = 0) -> dict[int, float]:
     return slurm_allocations(ctld_log, offset, _SUBMITTED)
 
 
+# the same line ends with slurmctld's own time on that RPC, lock waits included:
+# "_slurm_rpc_submit_batch_job: JobId=27 InitPrio=4294901734 usec=538"
+_SUBMIT_USEC = re.compile(r"_slurm_rpc_submit_batch_job: JobId=(?P<job>\d+) .*usec=(?P<us>\d+)")
+
+
+def slurm_submit_time(ctld_log: Path, offset: int = 0) -> dict[int, float]:
+    """job id -> slurmctld's own seconds on the submit RPC that made it (its `usec=`):
+    what a submit costs inside Slurm, whoever sent it, so a slow answer can be told apart from
+    a slow client."""
+    out: dict[int, float] = {}
+    with ctld_log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            m = _SUBMIT_USEC.search(raw.decode("utf-8", "replace"))
+            if m:
+                out.setdefault(int(m["job"]), int(m["us"]) / 1e6)
+    return out
+
+
 def slurm_running(ctld_log: Path, offset: int = 0) -> dict[int, float]:
     """job id -> when slurmctld finished the job's PrologSlurmctld and called it RUNNING."""
     return slurm_allocations(ctld_log, offset, _RUNNING)

@@ -146,12 +146,14 @@ class SlurmFloor:
         d = await self.env.slurm.dialect()
         sub = attribution.slurm_submits(self.ctld_log, self.at)
         run = attribution.slurm_running(self.ctld_log, self.at)
+        inside = attribution.slurm_submit_time(self.ctld_log, self.at)
         # also at the resolution of slurmgate's own figures (a histogram): like with like
         return {"submit": lat(self.submit), "cancel": lat(self.cancel), "read": lat(self.reads),
                 "read_endpoint": "jobs/state" if d.state_query else "job/{id}",
                 "submit_binned": binned_lat(self.submit, LAT_BUCKETS),
                 "cancel_binned": binned_lat(self.cancel, LAT_BUCKETS),
                 "read_binned": binned_lat(self.reads, LAT_BUCKETS),
+                "ctld_submit": lat([inside[j] for j in self.ids if j in inside]),
                 "submit_to_running": lat([run[j] - sub[j] for j in self.ids
                                           if j in sub and j in run])}
 

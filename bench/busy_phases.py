@@ -194,6 +194,8 @@ async def latency(env: Env, ns_name: str, pods: int, nodes: int,
            "create_errors": sorted({c.error for c in made_all if not c.ok})[:3],
            "create_to_bound": spread(made_all, w.bound_at), "unbound": unbound,
            "end_noticed": lat(ends), "ends_not_noticed": (pods + 1) // 2 - len(ends)}
+    inside = attribution.slurm_submit_time(ctld_log, ctld_at)
+    out["ctld_submit"] = lat([inside[c.job_id] for c in made_all if c.job_id in inside])
     for key, step in (("running_to_bound", "Slurm RUNNING -> bound (total)"),
                       ("running_to_noticed", "Slurm RUNNING -> binder noticed"),
                       ("allocated_to_noticed", "Slurm allocated -> binder noticed"),

@@ -292,6 +292,10 @@ def rows(pods: int) -> list[tuple[str, Callable[[Seg], str]]]:
         ("submit p50 / p99 ms, one at a time: slurmgate POST job/submit; direct, same buckets "
          "(p99 ratio)",
          _versus("webhook", "POST", "job/submit", "submit")),
+        ("slurmctld's own time on each submit (its usec=, lock waits included) p50 / p99 ms: "
+         "the webhook's, hook off; on; the direct ones",
+         _lats(("latency_nohook", "ctld_submit"), ("latency_hook", "ctld_submit"),
+               ("floor", "ctld_submit"))),
         ("cancel p50 / p99 ms, Pods made one at a time: slurmgate DELETE job/{id}; direct, "
          "same buckets (p99 ratio)",
          _versus("binder", "DELETE", "job/{id}", "cancel")),

@@ -13,6 +13,7 @@ from bench.attribution import (
     binder_binds,
     slurm_allocations,
     slurm_running,
+    slurm_submit_time,
 )
 
 NS = "bench-sg-100"
@@ -128,3 +129,18 @@ def test_slurm_running_reads_the_end_of_the_slurmctld_hook(tmp_path: Path) -> No
     got = slurm_running(log)
     assert set(got) == {3}
     assert slurm_allocations(log)[4] < got[3]
+
+
+def test_slurmctlds_own_time_on_each_submit(tmp_path: Path) -> None:
+    """The `usec=` of slurmctld's submit line, as 22.05-24.11 and 26.05 (with its SLUID) write
+    it; the first line of a job wins and the offset skips earlier bytes."""
+    log = tmp_path / "ctld.log"
+    log.write_text(
+        "[2026-12-07T22:07:50.479] _slurm_rpc_submit_batch_job: JobId=1 InitPrio=10000 usec=393\n"
+        "[2026-12-07T23:26:12.383] _slurm_rpc_submit_batch_job: JobId=2 SLUID=s5X1M99D8GWZ00 "
+        "InitPrio=10000 usec=226518\n"
+        "[2026-12-07T23:26:13.000] _slurm_rpc_submit_batch_job: JobId=2 InitPrio=1 usec=9\n"
+        "[2026-12-07T23:26:13.100] sched: Allocate JobId=2 NodeList=n4 #CPUs=8 Partition=k8s\n")
+    assert slurm_submit_time(log) == {1: 0.000393, 2: 0.226518}
+    first = len(log.read_bytes().splitlines(keepends=True)[0])
+    assert slurm_submit_time(log, first) == {2: 0.226518}
