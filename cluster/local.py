@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster import kube, oci, proc, realnode, slurm, slurm_cluster
+from cluster import kube, oci, proc, realnode, slurm, slurm_cluster, slurm_conf
 from slurmgate import contract
 
 DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -165,6 +165,29 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster,
     kube.wait_for("Slurm's Nodes Ready and slurmd Pods Running", all_ready, 90, interval=0.3)
 
 
+def _gpu_devices(s: slurm.SlurmCluster) -> dict[str, list[str]]:
+    """Slurm GPU node -> its GPU device files in gres index order (all slurmd share them)."""
+    layout = slurm_conf.GpuLayout(tuple(s.gpu_nodes), s.gpus_per_node, s.gpu_type)
+    files = [str(f) for f in slurm_conf.gpu_files(s.run_dir / "gpu-dev", layout)]
+    return {n: files for n in s.gpu_nodes}
+
+
+def _advertise_gpus(kc: kube.KubeCluster, s: slurm.SlurmCluster, real: dict[str, str]) -> None:
+    """A real Node standing for a GPU node advertises its GPUs as a kwok Node does (the count
+    the NVIDIA device plugin would, the gres type as our label): there is no device plugin
+    here, and the kubelet keeps an extended resource patched into its Node's status."""
+    for slurm_node, name in real.items():
+        if slurm_node not in s.gpu_nodes:
+            continue
+        if s.gpu_type:
+            kubectl(kc, "label", "node", name, "--overwrite",
+                    f"{contract.NODE_GPU_TYPE_LABEL}={s.gpu_type}")
+        gpus = {GPU_RESOURCE: str(s.gpus_per_node)}
+        # allocatable too: the kubelet derives it from capacity only at its next status sync
+        kubectl(kc, "patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                json.dumps({"status": {"capacity": gpus, "allocatable": gpus}}))
+
+
 def _slurmd_nice() -> int:
     text = os.environ.get(slurm_cluster.SLURMD_NICE_ENV) or "0"
     try:
@@ -214,7 +237,9 @@ def up(run_dir: Path = DEFAULT_RUN_DIR, nodes: int = 4, node_memory_mb: int = 16
         k = kube.start(run_dir / "kube", base_port=16400 + PORT_OFFSET, node_ip=node_ip)
         # the real Nodes register themselves before the slurmd Pods are placed on them
         real = (realnode.start(run_dir / "realnodes", k, specs, port_offset=PORT_OFFSET,
-                               pinning=enforce) if specs else [])
+                               pinning=enforce, gpu_devices=_gpu_devices(s)) if specs else [])
+        if enforce:
+            _advertise_gpus(k, s, real_slurm_nodes(real))
         _register_nodes(k, s, real_slurm_nodes(real))
     except BaseException:
         down(run_dir)

@@ -185,7 +185,8 @@ def import_image(node: RealNode | str, archive: Path, timeout: float = 300.0) ->
         raise RuntimeError(f"ctr import {archive} into {sock}: {p.stderr.strip()}")
 
 
-def _prepare(n: RealNode, kc: kube.KubeCluster, pinning: bool = False) -> None:
+def _prepare(n: RealNode, kc: kube.KubeCluster, pinning: bool = False,
+             gpu_devices: dict[str, list[str]] | None = None) -> None:
     d = Path(n.dir)
     for sub in ("containerd", "cni/conf", "cni/ipam", "kubelet", "pki", "pod-logs"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -194,7 +195,8 @@ def _prepare(n: RealNode, kc: kube.KubeCluster, pinning: bool = False) -> None:
     if pinning and slurm_node:
         launcher = d / "slurmgate-runc"
         runc = shutil.which("runc") or "/usr/sbin/runc"
-        launcher.write_text(conf.runc_launcher(sys.executable, runc, [slurm_node]))
+        launcher.write_text(conf.runc_launcher(sys.executable, runc, [slurm_node],
+                                               (gpu_devices or {}).get(slurm_node)))
         launcher.chmod(0o755)
     (d / "containerd" / "config.toml").write_text(conf.containerd_toml(
         d / "containerd", Path(n.containerd_socket), oci.PAUSE_IMAGE, d / "cni" / "conf",
@@ -239,13 +241,15 @@ def node_ready(kc: kube.KubeCluster, name: str) -> bool:
 
 def start(run_dir: Path, kc: kube.KubeCluster, specs: list[NodeSpec], port_offset: int = 0,
           node_ip: str | None = None, timeout: float = 90.0,
-          pinning: bool = False) -> list[RealNode]:
+          pinning: bool = False,
+          gpu_devices: dict[str, list[str]] | None = None) -> list[RealNode]:
     """Start one containerd + kubelet per spec, registered with the spec's labels and taints,
     the pause image imported; return once every Node is Ready. kc must have been started
     with node_ip (kube-apiserver then reaches the kubelets and the Pods reach it).
     Ports: 16500 + port_offset + 2*i (kubelet), +1 (its healthz, loopback).
     `pinning`: a Node that stands for a Slurm node runs slurmgate-runc in runc's place (its
-    marked Pods' containers on their jobs' cores; needs an enforcing Slurm)."""
+    marked Pods' containers on their jobs' cores and GPUs; needs an enforcing Slurm);
+    `gpu_devices`: Slurm node -> its GPU device files in gres index order."""
     if not kc.node_ip:
         raise ValueError("real Nodes need kube.start(..., node_ip=...)")
     node_ip = node_ip or kc.node_ip
@@ -266,7 +270,7 @@ def start(run_dir: Path, kc: kube.KubeCluster, specs: list[NodeSpec], port_offse
     log = run_dir / "log"
     try:
         for n in nodes:
-            _prepare(n, kc, pinning)
+            _prepare(n, kc, pinning, gpu_devices or {})
             env = {**os.environ, MARK: n.dir}
             n.pids["containerd"] = proc.spawn(log, f"{n.name}-containerd", [
                 "containerd", f"--config={Path(n.dir) / 'containerd' / 'config.toml'}"],

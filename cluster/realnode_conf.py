@@ -5,6 +5,7 @@ the KubeletConfiguration, the kubelet's kubeconfig and certificates. Text only, 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from slurmgate import contract
@@ -61,16 +62,21 @@ state = "{d / 'state'}"
 """
 
 
-def runc_launcher(python: str, runc: str, slurm_nodes: list[str]) -> str:
+def runc_launcher(python: str, runc: str, slurm_nodes: list[str],
+                  gpu_devices: list[str] | None = None) -> str:
     """The executable containerd runs as runc (BinaryName takes no arguments): `create` goes
     through slurmgate-runc (python -m slurmgate.pinning), every other call straight to runc,
-    so a container's state, kill and delete calls pay no Python start."""
-    nodes = ",".join(slurm_nodes)
+    so a container's state, kill and delete calls pay no Python start. `gpu_devices`: the
+    Node's GPU device files in gres index order."""
+    nodes = shlex.quote(",".join(slurm_nodes))
+    gpus = shlex.quote(",".join(gpu_devices or []))
+    python, runc = shlex.quote(python), shlex.quote(runc)
     return f"""#!/bin/sh
 # slurmgate-runc for this Node: containers of marked Pods start on their Slurm job's cores
 case " $* " in
   *" create "*)
-    SLURMGATE_RUNC={runc} SLURMGATE_SLURM_NODES={nodes} exec {python} -m slurmgate.pinning "$@" ;;
+    SLURMGATE_RUNC={runc} SLURMGATE_SLURM_NODES={nodes} SLURMGATE_GPU_DEVICES={gpus} \\
+      exec {python} -m slurmgate.pinning "$@" ;;
 esac
 exec {runc} "$@"
 """

@@ -2,7 +2,7 @@
 
 Configured by the environment its launcher script sets (cluster/realnode_conf.py writes one
 per Node): SLURMGATE_RUNC the real runc, SLURMGATE_SLURM_NODES the Slurm node(s) this Node
-stands for (comma-separated)."""
+stands for (comma-separated), SLURMGATE_GPU_DEVICES its GPU device files in gres index order."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from .spec import rewrite
 
 RUNC_ENV = "SLURMGATE_RUNC"
 NODES_ENV = "SLURMGATE_SLURM_NODES"
+# this Node's GPU device files in gres index order (gres.conf's File=), comma-separated
+GPUS_ENV = "SLURMGATE_GPU_DEVICES"
 DEFAULT_RUNC = "/usr/sbin/runc"
 # runc's global options that take a value (runc --help), so the subcommand is found after them
 VALUED = {"--root", "--log", "--log-format", "--criu", "--rootless"}
@@ -61,8 +63,9 @@ def main(argv: list[str]) -> int:
     if cmd in ("create", "run"):
         bundle = Path(opts.get("--bundle") or opts.get("-b") or ".")
         nodes = frozenset(n for n in os.environ.get(NODES_ENV, "").split(",") if n)
+        gpus = tuple(p for p in os.environ.get(GPUS_ENV, "").split(",") if p)
         try:
-            rewrite(bundle, nodes, placeholder.find)
+            rewrite(bundle, nodes, placeholder.find, gpus)
         except Refused as e:
             _log_refusal(opts, str(e))
             return 1

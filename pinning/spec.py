@@ -1,6 +1,6 @@
 """What `create` changes in a container's OCI spec (config.json in its bundle): for a marked
-Pod's container, `linux.resources.cpu.cpus` becomes its placeholder job's cores; nothing else
-changes, and an unmarked Pod's spec is left as it is."""
+Pod's container, `linux.resources.cpu.cpus` becomes its placeholder job's cores and its GPUs the
+job's (devices.py); nothing else changes, and an unmarked Pod's spec is left as it is."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from slurmgate import contract
 
+from . import devices
 from .placeholder import Placeholder, Refused
 
 # containerd's own annotations on every CRI container (sandbox and workload): the Pod as the
@@ -52,8 +53,10 @@ def owns(job_name: str, namespace: str, pod: str, group: str | None) -> bool:
 
 
 def pin(config: dict[str, Any], node_names: frozenset[str],
-        find: Callable[[str, int], Placeholder]) -> Placeholder | None:
-    """Set the spec's cpuset to the placeholder's cores (in place); None for a container that
+        find: Callable[[str, int], Placeholder],
+        node_gpus: tuple[str, ...] = ()) -> Placeholder | None:
+    """Set the spec's cpuset to the placeholder's cores and its GPUs to the job's (in place;
+    `node_gpus`: the Node's GPU device files in gres index order); None for a container that
     is not a marked Pod's. Raises Refused when a marked one must not start."""
     ann = config.get("annotations") or {}
     named = marked_job(ann)
@@ -71,16 +74,19 @@ def pin(config: dict[str, Any], node_names: frozenset[str],
     linux = config.setdefault("linux", {})
     cpu = linux.setdefault("resources", {}).setdefault("cpu", {})
     cpu["cpus"] = ph.cpus
+    if node_gpus or ph.gpus:
+        devices.hold(config, ph.gpus, node_gpus)
     return ph
 
 
 def rewrite(bundle: Path, node_names: frozenset[str],
-            find: Callable[[str, int], Placeholder]) -> Placeholder | None:
+            find: Callable[[str, int], Placeholder],
+            node_gpus: tuple[str, ...] = ()) -> Placeholder | None:
     """pin() on the bundle's config.json, written back whole (a new file renamed over the old:
     runc never reads half of it)."""
     path = bundle / "config.json"
     config = json.loads(path.read_text())
-    ph = pin(config, node_names, find)
+    ph = pin(config, node_names, find, node_gpus)
     if ph is not None:
         tmp = path.with_name(".config.json.slurmgate")
         tmp.write_text(json.dumps(config))

@@ -1,12 +1,13 @@
-"""A marked Pod on a real Node runs on the cores Slurm gave its placeholder job and nowhere else
-(issue 33, slice 3, Kubernetes' half: slurmgate-runc, pinning/), beside slurmd's own cgroups
-holding the job (an enforcing Slurm, cluster/slurm_cgroups.py); and a Pod that names a job not
-its own never starts.
+"""A marked Pod on a real Node runs on the cores and the GPU Slurm gave its placeholder job and
+nowhere else (issue 33, slice 3, Kubernetes' half: slurmgate-runc, pinning/), beside slurmd's
+own cgroups holding the job (an enforcing Slurm, cluster/slurm_cgroups.py); and a Pod that
+names a job not its own never starts.
 
 The Slurm node real-2 stands for declares one CPU of the host's two, so its whole-node job's
-cores are "0": a container left alone would run on "0-1", and each assertion on the cores
-below fails without the wrapper. Read from the host (the containers' cgroups and their
-processes' own affinity), not from anything slurmgate reports.
+cores are "0": a container left alone would run on "0-1"; of its four stand-in GPUs the job
+holds one. Without the wrapper each assertion on the cores and GPUs below fails. Read from the
+host (the containers' cgroups, their processes' affinity and /dev), not from anything slurmgate
+reports.
 
 Runs with the in-cluster tests (`make test-incluster`, marker `incluster`: real Nodes need
 root, apt packages and a kubelet build), on a cluster of its own (run dir, port offset).
@@ -15,6 +16,7 @@ root, apt packages and a kubelet build), on a cluster of its own (run dir, port 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,11 +39,14 @@ SLURM_NODE = "n2"
 NS = "default"
 INFRA = "node-agents"
 
+GPUS = 4  # n2's stand-in GPUs (character devices of their own: cluster/slurm_cgroups.py)
+
 UP = f"""
 from pathlib import Path
 from cluster import bridge, local, realnode
 from slurmgate import contract
-lc = local.up(Path({str(RUN_DIR)!r}), nodes=2, node_cpus=1, gpu_nodes=0, enforce=True,
+lc = local.up(Path({str(RUN_DIR)!r}), nodes=2, node_cpus=1, gpu_nodes=1, gpus_per_node={GPUS},
+              enforce=True,
               features={{{SLURM_NODE!r}: "real"}}, real_nodes=[
     realnode.NodeSpec("real-2", labels={{contract.NODE_LABEL: {SLURM_NODE!r}}},
                       taints=[contract.TAINT]),
@@ -68,11 +73,15 @@ def kctl(real: local_mod.Local) -> Kubectl:
     return Kubectl(real.kube.kubeconfig)
 
 
-def _pod(name: str, annotations: dict[str, str], marked: bool, ns: str = NS) -> dict:
+def _pod(name: str, annotations: dict[str, str], marked: bool, ns: str = NS,
+         gpus: int = 0) -> dict:
+    resources: dict = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
     spec: dict = {
         "containers": [{
             "name": "pause", "image": oci.PAUSE_IMAGE, "imagePullPolicy": "Never",
-            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+            "resources": resources,
             "securityContext": {
                 "runAsNonRoot": True, "runAsUser": 65534, "readOnlyRootFilesystem": True,
                 "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
@@ -94,6 +103,31 @@ def _container_cgroups(node_cgroup_root: str, uid: str) -> list[Path]:
     return [d for pod in base.rglob(f"pod{uid}") for d in pod.iterdir() if d.is_dir()]
 
 
+def _job_gpus(real: local_mod.Local, job_id: int) -> set[int]:
+    """The gres indices Slurm gave the job (`scontrol -d show job`)."""
+    out = real.slurm.cli("scontrol", "-d", "-o", "show", "job", str(job_id)).stdout
+    m = re.search(r"GRES=\S*gpu[^(]*\(IDX:([0-9,-]+)\)", out)
+    assert m, out
+    return set(slurm_cgroups.parse_cpu_list(m.group(1)))
+
+
+def _device_rules(cg: Path) -> list[str]:
+    """The container's device cgroup whitelist (v1 devices.list)."""
+    d = Path(str(cg).replace("/cpuset/", "/devices/", 1))
+    return (d / "devices.list").read_text().splitlines()
+
+
+def _dev_names(cg: Path) -> set[str]:
+    """What is in /dev of the container's processes (as the host sees their root); empty for
+    a container with no process to look through."""
+    for pid in (cg / "cgroup.procs").read_text().split():
+        try:
+            return {p.name for p in Path(f"/proc/{pid}/root/dev").iterdir()}
+        except OSError:
+            continue
+    return set()
+
+
 def _affinity(pid: str) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Cpus_allowed_list:"):
@@ -101,8 +135,9 @@ def _affinity(pid: str) -> str:
     return ""
 
 
-def test_a_marked_pod_runs_on_its_jobs_cores_only(real: local_mod.Local, kctl: Kubectl) -> None:
-    kctl.apply(_pod("pinned", {contract.A_CONSTRAINT: "real"}, marked=True))
+def test_a_marked_pod_runs_on_its_jobs_cores_and_gpu_only(real: local_mod.Local,
+                                                         kctl: Kubectl) -> None:
+    kctl.apply(_pod("pinned", {contract.A_CONSTRAINT: "real"}, marked=True, gpus=1))
     pod = wait_until("the marked Pod Running on real-2", lambda: (
         p := kctl.get("pod", "pinned", NS))["status"].get("phase") == "Running" and p, 120)
     assert pod["spec"]["nodeName"] == "real-2"
@@ -119,6 +154,19 @@ def test_a_marked_pod_runs_on_its_jobs_cores_only(real: local_mod.Local, kctl: K
         pids = (cg / "cgroup.procs").read_text().split()
         assert pids, cg
         assert {_affinity(p) for p in pids} == {cores}, cg
+    # its GPUs: those Slurm gave the job (gres indices), in its device cgroup and its /dev,
+    # and none of the Node's others. A whole-node job holds every GPU of its node (22.05 to
+    # 26.05: JOB_GRES=gpu:a100:4 for a request of 1), so here "no other" has nothing left to
+    # hold back; the unit tests (tests/unit/test_pinning.py) and the sharing modes to come do
+    gpus = _job_gpus(real, job_id)
+    major = slurm_cgroups.STAND_IN_GPU_MAJOR
+    for cg in cgroups:
+        allowed = {r for r in _device_rules(cg) if r.startswith(f"c {major}:")}
+        assert allowed == {f"c {major}:{i} rw" for i in gpus}, (cg, allowed, gpus)
+        names = _dev_names(cg)
+        assert names, cg  # a process to look through
+        assert {n for n in names if n.startswith("nvidia")} == {f"nvidia{i}" for i in gpus}, (
+            cg, names)
 
 
 def test_a_pod_naming_a_job_not_its_own_never_starts(real: local_mod.Local,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import realnode_conf
+from cluster import realnode_conf, slurm_cgroups
 from slurmgate import contract
 from slurmgate.pinning import placeholder
 from slurmgate.pinning.__main__ import command
@@ -53,7 +53,7 @@ def test_a_marked_container_gets_its_jobs_cores(tmp_path: Path) -> None:
     job_tree(tmp_path, "n2", 12, "1", {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "k8s:team-a/web-0",
                                        "SLURM_JOB_GPUS": "0"})
     c = spec()
-    ph = pin(c, frozenset({"n2"}), find_in(tmp_path))
+    ph = pin(c, frozenset({"n2"}), find_in(tmp_path), _gpus(tmp_path, 1))
     assert ph == Placeholder(12, "n2", "1", "k8s:team-a/web-0", "0")
     assert c["linux"]["resources"]["cpu"] == {"shares": 2, "cpus": "1"}
 
@@ -175,3 +175,48 @@ def test_the_nodes_launcher_sends_create_through_the_wrapper_only(tmp_path: Path
     assert f'BinaryName = "{launcher}"' in toml and 'pod_annotations = ["slurmgate.io/*"]' in toml
     assert "BinaryName" not in realnode_conf.containerd_toml(tmp_path, tmp_path / "s", "img",
                                                              tmp_path)
+
+
+def _gpus(tmp_path: Path, n: int) -> tuple[str, ...]:
+    """n stand-in GPUs: character devices of their own, as the enforcing local cluster makes."""
+    files = [tmp_path / "gpu-dev" / f"nvidia{i}" for i in range(n)]
+    files[0].parent.mkdir()
+    slurm_cgroups.make_stand_in_gpus(files)
+    return tuple(str(f) for f in files)
+
+
+def test_a_marked_container_gets_its_jobs_gpus_and_no_other(tmp_path: Path) -> None:
+    gpus = _gpus(tmp_path, 4)
+    job_tree(tmp_path, "n2", 12, "1", {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "k8s:team-a/web-0",
+                                       "SLURM_JOB_GPUS": "1,3"})
+    c = spec()
+    major = slurm_cgroups.STAND_IN_GPU_MAJOR
+    # what a device plugin that chose another GPU would have put there
+    c["linux"]["devices"] = [{"path": "/dev/nvidia0", "type": "c", "major": major, "minor": 0}]
+    pin(c, frozenset({"n2"}), find_in(tmp_path), gpus)
+    assert [(d["path"], d["minor"]) for d in c["linux"]["devices"]] == [
+        ("/dev/nvidia1", 1), ("/dev/nvidia3", 3)]
+    rules = [(r["allow"], r["minor"]) for r in c["linux"]["resources"]["devices"]]
+    assert rules == [(True, 1), (True, 3), (False, 0), (False, 2)]
+    assert all(r["major"] == major for r in c["linux"]["resources"]["devices"])
+
+
+def test_a_job_without_gpus_gets_none_of_the_nodes(tmp_path: Path) -> None:
+    gpus = _gpus(tmp_path, 2)
+    job_tree(tmp_path, "n2", 12, "0", {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "k8s:team-a/web-0"})
+    c = spec()
+    pin(c, frozenset({"n2"}), find_in(tmp_path), gpus)
+    assert c["linux"].get("devices") == []
+    assert [(r["allow"], r["minor"]) for r in c["linux"]["resources"]["devices"]] == [
+        (False, 0), (False, 1)]
+
+
+def test_gpus_that_cannot_be_given_refuse_the_container(tmp_path: Path) -> None:
+    job_tree(tmp_path, "n2", 12, "0", {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "k8s:team-a/web-0",
+                                       "SLURM_JOB_GPUS": "2"})
+    with pytest.raises(Refused, match="GPU devices are not configured"):
+        pin(spec(), frozenset({"n2"}), find_in(tmp_path))
+    with pytest.raises(Refused, match="holds GPU 2, this Node has 2"):
+        pin(spec(), frozenset({"n2"}), find_in(tmp_path), _gpus(tmp_path, 2))
+    with pytest.raises(Refused, match="is not a character device"):
+        pin(spec(), frozenset({"n2"}), find_in(tmp_path), ("/dev", "/dev", "/dev"))
