@@ -19,8 +19,6 @@ from .placeholder import Placeholder, Refused
 # kubelet asked for it, which no Pod can set
 CRI_NAME = "io.kubernetes.cri.sandbox-name"
 CRI_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
-# the Pod annotations containerd copies into the spec (its runtime's `pod_annotations`)
-POD_ANNOTATIONS = (contract.A_JOB_ID, contract.A_SLURM_NODE, contract.A_GROUP)
 
 
 def marked_job(annotations: Mapping[str, str]) -> tuple[int, str] | None:
