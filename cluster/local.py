@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster import kube, oci, proc, realnode, slurm, slurm_cluster, slurm_conf
+from cluster import kube, oci, proc, realnode, slurm, slurm_cluster, slurm_files
 from slurmgate import contract
 
 DEFAULT_RUN_DIR = Path(os.environ.get("SLURMGATE_RUN_DIR", "/tmp/slurmgate"))
@@ -167,8 +167,7 @@ def _register_nodes(kc: kube.KubeCluster, s: slurm.SlurmCluster,
 
 def _gpu_devices(s: slurm.SlurmCluster) -> dict[str, list[str]]:
     """Slurm GPU node -> its GPU device files in gres index order (all slurmd share them)."""
-    layout = slurm_conf.GpuLayout(tuple(s.gpu_nodes), s.gpus_per_node, s.gpu_type)
-    files = [str(f) for f in slurm_conf.gpu_files(s.run_dir / "gpu-dev", layout)]
+    files = [str(f) for f in slurm_files.gpu_devices(s)]
     return {n: files for n in s.gpu_nodes}
 
 

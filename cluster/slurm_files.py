@@ -23,6 +23,18 @@ def munge_socket(c: SlurmCluster) -> Path:
     return c.run_dir / "munge" / "munge.sock"
 
 
+def gpu_dir(c: SlurmCluster) -> Path:
+    """Where the cluster's stand-in GPU device files are (no hardware here)."""
+    return c.run_dir / "gpu-dev"
+
+
+def gpu_devices(c: SlurmCluster) -> list[Path]:
+    """The cluster's stand-in GPU device files in gres index order (gres.conf's File=; every
+    GPU node names the same ones, all slurmd sharing one host)."""
+    gpus = GpuLayout(tuple(c.gpu_nodes), c.gpus_per_node, c.gpu_type)
+    return gpu_files(gpu_dir(c), gpus)
+
+
 def write_cli_wrappers(c: SlurmCluster) -> None:
     """run_dir/bin/squeue etc. run this cluster's own Slurm CLI (the root's, on 24.11+), so a
     shell that sources env.sh types `squeue` and talks to the right slurmctld."""
@@ -49,12 +61,13 @@ def write_config(c: SlurmCluster, rel: slurm_release.Release, base_port: int,
                                       base_port, munge_socket(c), c.cluster_name, grace_time,
                                       acct, gpus, c.features, site, c.enforce))
     c.conf.chmod(0o644)
-    dev_dir = c.run_dir / "gpu-dev"
+    devices = gpu_devices(c)
+    dev_dir = gpu_dir(c)
     dev_dir.mkdir(exist_ok=True)
     if c.enforce:
-        slurm_cgroups.make_stand_in_gpus(gpu_files(dev_dir, gpus))
+        slurm_cgroups.make_stand_in_gpus(devices)
     else:
-        for f in gpu_files(dev_dir, gpus):
+        for f in devices:
             f.unlink(missing_ok=True)
             f.symlink_to("/dev/null")
     (c.run_dir / "gres.conf").write_text(gres_conf_text(gpus, dev_dir))

@@ -22,7 +22,7 @@ from typing import TypeVar
 import pytest
 
 from cluster import slurm as cluster_slurm
-from cluster import slurm_cgroups
+from cluster import slurm_cgroups, slurm_files
 from cluster.local import PORT_OFFSET
 
 pytestmark = pytest.mark.e2e
@@ -73,7 +73,7 @@ def wait(what: str, fn: Callable[[], T | None], limit: float = 60.0) -> T:
 
 def submit(c: cluster_slurm.SlurmCluster, name: str, node: str) -> tuple[int, Path]:
     script = c.run_dir / f"{name}.sh"
-    script.write_text(REPORT.format(dev=c.run_dir / "gpu-dev"))
+    script.write_text(REPORT.format(dev=slurm_files.gpu_dir(c)))
     out = c.run_dir / f"{name}.out"
     p = c.cli("sbatch", "--parsable", f"--job-name={name}", "--ntasks=1", "--cpus-per-task=1",
               "--gres=gpu:a100:1", "--mem=100", f"--nodelist={node}", f"--output={out}",
