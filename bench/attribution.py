@@ -21,7 +21,7 @@ import datetime as dt
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +61,30 @@ def local_epoch(stamp: str) -> float:
     return time.mktime(t.timetuple()) + t.microsecond / 1e6
 
 
-def slurm_allocations(ctld_log: Path, offset: int = 0,
-                      pattern: re.Pattern[str] = ALLOC_LINE) -> dict[int, float]:
-    """job id -> when slurmctld allocated its nodes (the first time: a requeued job's later
-    start is a different decision); reads from byte `offset`."""
+def _first_per_job(ctld_log: Path, offset: int, pattern: re.Pattern[str],
+                   value: Callable[[re.Match[str]], float]) -> dict[int, float]:
+    """job id -> value() of the first line from byte `offset` that `pattern` finds (its
+    group `job`)."""
     out: dict[int, float] = {}
     with ctld_log.open("rb") as f:
         f.seek(offset)
         for raw in f:
-            m = pattern.match(raw.decode("utf-8", "replace"))
+            m = pattern.search(raw.decode("utf-8", "replace"))
             if m:
-                out.setdefault(int(m["job"]), local_epoch(m["ts"]))
+                out.setdefault(int(m["job"]), value(m))
     return out
+
+
+def _stamp(m: re.Match[str]) -> float:
+    return local_epoch(m["ts"])
+
+
+def slurm_allocations(ctld_log: Path, offset: int = 0,
+                      pattern: re.Pattern[str] = ALLOC_LINE) -> dict[int, float]:
+    """job id -> when slurmctld allocated its nodes (the first time: a requeued job's later
+    start is a different decision); reads from byte `offset`. Every pattern here is anchored
+    at the line's start."""
+    return _first_per_job(ctld_log, offset, pattern, _stamp)
 
 
 def slurm_submits(ctld_log: Path, offset: int = 0) -> dict[int, float]:
@@ -89,14 +101,7 @@ def slurm_submit_time(ctld_log: Path, offset: int = 0) -> dict[int, float]:
     """job id -> slurmctld's own seconds on the submit RPC that made it (its `usec=`):
     what a submit costs inside Slurm, whoever sent it, so a slow answer can be told apart from
     a slow client."""
-    out: dict[int, float] = {}
-    with ctld_log.open("rb") as f:
-        f.seek(offset)
-        for raw in f:
-            m = _SUBMIT_USEC.search(raw.decode("utf-8", "replace"))
-            if m:
-                out.setdefault(int(m["job"]), int(m["us"]) / 1e6)
-    return out
+    return _first_per_job(ctld_log, offset, _SUBMIT_USEC, lambda m: int(m["us"]) / 1e6)
 
 
 def slurm_running(ctld_log: Path, offset: int = 0) -> dict[int, float]:
