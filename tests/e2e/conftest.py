@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from cluster import bridge as bridge_mod
-from cluster import incluster, slurm_faults
+from cluster import incluster, oci, slurm_faults
 from cluster import kube as kube_mod
 from cluster import local as local_mod
 from cluster import proc as proc_mod
@@ -339,6 +339,16 @@ def slurm_idle(local: local_mod.Local) -> None:
         s.split()[1] in ("idle", "drain", "drng")
         for s in slurm_cli(local, "sinfo", "-h", "-N", "-p", "k8s", "-o", "%N %t")
         .splitlines()), 60)
+
+
+def pause_container(**fields: Any) -> dict[str, Any]:
+    """The pause image as a container that really runs on a real Node (imported, never
+    pulled), hardened as a restricted Pod must be; `fields` add to it (args, resources)."""
+    return {"name": "pause", "image": oci.PAUSE_IMAGE, "imagePullPolicy": "Never", **fields,
+            "securityContext": {
+                "runAsNonRoot": True, "runAsUser": 65534, "readOnlyRootFilesystem": True,
+                "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"}}}
 
 
 def marked_pod(name: str, memory: str = "1Gi", annotations: dict[str, str] | None = None,

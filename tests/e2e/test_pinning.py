@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from cluster import local as local_mod
-from cluster import oci, slurm_cgroups
+from cluster import slurm_cgroups
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, wait_until
+from tests.e2e.conftest import Kubectl, pause_container, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.incluster]
 
@@ -78,16 +78,7 @@ def _pod(name: str, annotations: dict[str, str], marked: bool, ns: str = NS,
     resources: dict = {"requests": {"cpu": "100m", "memory": "64Mi"}}
     if gpus:
         resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-    spec: dict = {
-        "containers": [{
-            "name": "pause", "image": oci.PAUSE_IMAGE, "imagePullPolicy": "Never",
-            "resources": resources,
-            "securityContext": {
-                "runAsNonRoot": True, "runAsUser": 65534, "readOnlyRootFilesystem": True,
-                "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                "seccompProfile": {"type": "RuntimeDefault"}},
-        }],
-    }
+    spec: dict = {"containers": [pause_container(resources=resources)]}
     if not marked:  # straight onto the Node, past the taint: what a forger would do
         spec["nodeName"] = "real-2"
         spec["tolerations"] = [contract.TOLERATION]

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from cluster import local as local_mod
-from cluster import oci
 from slurmgate import contract
-from tests.e2e.conftest import Kubectl, wait_until
+from tests.e2e.conftest import Kubectl, pause_container, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.incluster]
 
@@ -72,14 +71,7 @@ def _pause_pod(name: str, node: str, args: list[str], restart: str = "Always") -
             "nodeSelector": {"kubernetes.io/hostname": node},
             "tolerations": [contract.TOLERATION],
             "restartPolicy": restart,
-            "containers": [{
-                "name": "pause", "image": oci.PAUSE_IMAGE, "imagePullPolicy": "Never",
-                "args": args,
-                "securityContext": {
-                    "runAsNonRoot": True, "runAsUser": 65534, "readOnlyRootFilesystem": True,
-                    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"}},
-            }],
+            "containers": [pause_container(args=args)],
         },
     }
 
